@@ -1,0 +1,115 @@
+"""Side-by-side runs of several estimator modes, and the rules for comparing them.
+
+A ratio between two modes means something only if both sides saw the same
+tasks, the same seeds and the same number of policy updates, on the same
+machine at the same time. The harness therefore interleaves modes within each
+seed (machine drift hits every mode alike) and refuses to compare runs that
+differ in any of those (`IncomparableRuns`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from wmrl.api import build_trainer
+from wmrl.config import load_config
+
+
+class IncomparableRuns(ValueError):
+    """Two runs differ in seeds, tasks or update counts: no ratio may be reported."""
+
+
+@dataclass
+class RunRecord:
+    mode: str
+    seed: int
+    steps: int
+    task_digest: str
+    history: list[dict]
+    real_executions: int
+    wall: float
+    real_wall: float
+
+
+def task_digest(tasks) -> str:
+    return hashlib.sha256("|".join(t.id for t in tasks).encode()).hexdigest()[:16]
+
+
+def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, seed: int) -> RunRecord:
+    cfg = load_config(config, [*overrides, f"trainer.seed={seed}", f"run_dir={run_dir}", "tensorboard=false"])
+    trainer = build_trainer(cfg)
+    try:
+        history = trainer.train()
+        return RunRecord(
+            mode, seed, trainer.step, task_digest(trainer.train_tasks), history,
+            trainer.store.count_executions(cfg.run_id), trainer.wall, trainer.real_wall,
+        )
+    finally:
+        trainer.close()
+
+
+def check_comparable(runs: Sequence[RunRecord]) -> None:
+    by_mode: dict[str, list[RunRecord]] = {}
+    for r in runs:
+        by_mode.setdefault(r.mode, []).append(r)
+    ref = None
+    for mode, rs in by_mode.items():
+        sig = (sorted(r.seed for r in rs), {r.steps for r in rs}, {r.task_digest for r in rs})
+        if len(sig[1]) != 1 or len(sig[2]) != 1:
+            raise IncomparableRuns(f"mode {mode}: runs differ in update counts or tasks within the mode")
+        if ref is None:
+            ref = (mode, sig)
+        elif sig != ref[1]:
+            raise IncomparableRuns(
+                f"modes {ref[0]} and {mode} differ in seeds {ref[1][0]} vs {sig[0]}, "
+                f"updates {ref[1][1]} vs {sig[1]} or tasks: refusing to report a ratio"
+            )
+
+
+def _median(xs: Sequence[float]) -> float:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    return float(np.median(xs)) if xs else float("nan")
+
+
+def time_to_reach(history: list[dict], target: float, key: str = "eval_test_id") -> float | None:
+    """Wall-clock at the first evaluation whose reward reaches `target` (None: never)."""
+    for h in history:
+        if h.get(key) is not None and h[key] >= target:
+            return float(h["wall"])
+    return None
+
+
+def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
+    check_comparable(runs)
+    modes = list(dict.fromkeys(r.mode for r in runs))
+    out: dict = {"modes": {}, "seeds": sorted({r.seed for r in runs}), "reference": reference}
+    ref_target = None
+    if reference in modes:
+        ref_target = _median([r.history[-1].get("eval_test_id") for r in runs if r.mode == reference])
+    for mode in modes:
+        rs = [r for r in runs if r.mode == mode]
+        finals = {s: [r.history[-1].get(f"eval_{s}") for r in rs] for s in ("test_id", "test_ood")}
+        reach = [time_to_reach(r.history, ref_target) for r in rs] if ref_target is not None else []
+        out["modes"][mode] = {
+            "final_test_id_median": _median(finals["test_id"]),
+            "final_test_id_spread": float(np.ptp([x for x in finals["test_id"] if x is not None])) if rs else None,
+            "final_test_ood_median": _median(finals["test_ood"]),
+            "initial_test_id_median": _median([r.history[0].get("eval_test_id") for r in rs]),
+            "wall_median": _median([r.wall for r in rs]),
+            "real_wall_share_median": _median([r.real_wall / r.wall if r.wall else float("nan") for r in rs]),
+            "real_executions_median": _median([float(r.real_executions) for r in rs]),
+            "time_to_reference_final_median": _median([x for x in reach if x is not None]) if any(x is not None for x in reach) else None,
+            "reached_reference_final": sum(x is not None for x in reach),
+            "per_seed": [{"seed": r.seed, "final": r.history[-1], "wall": r.wall, "real_executions": r.real_executions} for r in rs],
+        }
+    if reference in modes:
+        ref_wall = out["modes"][reference]["wall_median"]
+        for mode, m in out["modes"].items():
+            m["wall_ratio_vs_reference"] = ref_wall / m["wall_median"] if m["wall_median"] else None
+    return out

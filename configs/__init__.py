@@ -1,0 +1,1 @@
+"""YAML configs shipped with wmrl (`wmrl train NAME` finds NAME.yaml here)."""

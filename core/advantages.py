@@ -1,0 +1,42 @@
+"""Group-relative advantages (GRPO) over groups whose grades may be missing.
+
+A trajectory whose grade is unknown (sandbox infrastructure failure, an
+unparsable world-model reply) is excluded, never scored 0: zero is a confident
+claim that the attempt was bad, and would push the policy away from it. Groups
+with fewer than `min_graded` graded trajectories carry no relative signal and
+are skipped. Standardizing by the group's standard deviation is a switch: on,
+it is GRPO; off, only centring (scale-aware, "Dr. GRPO" style).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+@dataclass
+class AdvantageConfig:
+    standardize: bool = True
+    min_graded: int = 2
+    eps: float = 1e-6
+
+    def validate(self) -> None:
+        if self.min_graded < 2:
+            raise ValueError("estimator.advantage.min_graded must be >= 2: one trajectory has no group baseline")
+
+
+def group_advantages(rewards: Sequence[float | None], cfg: AdvantageConfig) -> list[float | None]:
+    """Advantages for one group; None where the grade is unknown or the group is skipped."""
+    graded = [i for i, r in enumerate(rewards) if r is not None]
+    out: list[float | None] = [None] * len(rewards)
+    if len(graded) < cfg.min_graded:
+        return out
+    r = np.array([rewards[i] for i in graded], dtype=float)
+    a = r - r.mean()
+    if cfg.standardize:
+        a = a / (r.std() + cfg.eps)
+    for i, ai in zip(graded, a):
+        out[i] = float(ai)
+    return out

@@ -1,0 +1,105 @@
+"""Inverse-Variance Denoising: weight the real stream by how noisy the WM stream is.
+
+Two streams estimate the same policy gradient: anchor groups graded by the real
+environment (variance V_E) and groups graded by the world model (V_WM). Their
+minimum-variance fusion weights each by the inverse of its variance. We model
+V_WM = (1 + c*s^2) * V_E, where s^2 is the world model's disagreement with the
+real scores on anchor groups, measured on the *calibrated* residual (after the
+debiaser) so that bias the debiaser already removed is not counted as noise:
+
+    s^2 = mean_i[((d_i - mean d) - (s_i - mean s))^2] / Var(s)
+
+with d the calibrated WM score and s the real score; groups whose real scores
+are all equal carry no information and are skipped. s^2 is smoothed by an EMA
+with a half-life counted in groups. The fusion then amounts to multiplying the
+anchor advantages by w = clip(1 + c*s^2, 1, w_max). The scale c is set once,
+after `warmup` groups, so that w = `target_weight` at that moment, and frozen:
+from then on w follows how the disagreement moves, not the reward's units.
+
+Optionally, when the world model reports a variance per trajectory, WM-graded
+trajectories are weighted relative to each other by the same model,
+(1 + c*s^2) / (1 + c*s^2 * v_i / mean v): a confident prediction counts more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class DenoiseConfig:
+    enabled: bool = True
+    half_life: float = 16.0
+    warmup: int = 8
+    target_weight: float = 2.0
+    w_max: float = 4.0
+    per_trajectory: bool = False
+
+    def validate(self) -> None:
+        if self.half_life <= 0:
+            raise ValueError("estimator.denoise.half_life must be > 0 (groups)")
+        if self.warmup < 1:
+            raise ValueError("estimator.denoise.warmup must be >= 1 (groups)")
+        if not 1.0 <= self.target_weight <= self.w_max:
+            raise ValueError("estimator.denoise needs 1 <= target_weight <= w_max")
+
+
+def disagreement(calibrated: np.ndarray, real: np.ndarray) -> float | None:
+    """s^2 for one anchor group, or None when the real scores carry no spread."""
+    d, s = np.asarray(calibrated, float), np.asarray(real, float)
+    if len(s) < 2:
+        return None
+    var_s = float(s.var())
+    if var_s <= 1e-12:
+        return None
+    resid = (d - d.mean()) - (s - s.mean())
+    return float((resid**2).mean() / var_s)
+
+
+class InverseVarianceDenoiser:
+    """Tracks WM/real disagreement and turns it into the anchor weight."""
+
+    def __init__(self, cfg: DenoiseConfig | None = None):
+        self.cfg = cfg or DenoiseConfig()
+        self.cfg.validate()
+        self._alpha = 1.0 - 0.5 ** (1.0 / self.cfg.half_life)
+        self.ema: float | None = None
+        self.groups_seen = 0
+        self.scale: float | None = None  # c; None until frozen after warm-up
+
+    def observe(self, calibrated: np.ndarray, real: np.ndarray) -> float | None:
+        """Feed one anchor group; returns its s^2 (None if skipped)."""
+        s2 = disagreement(calibrated, real)
+        if s2 is None:
+            return None
+        self.ema = s2 if self.ema is None else (1 - self._alpha) * self.ema + self._alpha * s2
+        self.groups_seen += 1
+        if self.scale is None and self.groups_seen >= self.cfg.warmup and self.ema > 0:
+            self.scale = (self.cfg.target_weight - 1.0) / self.ema
+        return s2
+
+    @property
+    def weight(self) -> float:
+        """Anchor-group advantage multiplier: exactly 1 until the scale is frozen."""
+        if self.scale is None or self.ema is None:
+            return 1.0
+        return float(np.clip(1.0 + self.scale * self.ema, 1.0, self.cfg.w_max))
+
+    def trajectory_weights(self, variances: np.ndarray) -> np.ndarray:
+        """Relative weights of WM-graded trajectories from their predicted variances."""
+        v = np.asarray(variances, float)
+        if not self.cfg.per_trajectory or self.scale is None or len(v) == 0 or not np.all(np.isfinite(v)):
+            return np.ones_like(v)
+        mean_v = v.mean()
+        if mean_v <= 0:
+            return np.ones_like(v)
+        k = self.scale * self.ema
+        return np.clip((1.0 + k) / (1.0 + k * v / mean_v), 1.0 / self.cfg.w_max, self.cfg.w_max)
+
+    def state_dict(self) -> dict:
+        return {"ema": self.ema, "groups_seen": self.groups_seen, "scale": self.scale}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ema, self.groups_seen, self.scale = state["ema"], int(state["groups_seen"]), state["scale"]

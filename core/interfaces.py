@@ -1,0 +1,131 @@
+"""The four interfaces every domain implements: Policy, RealEnv, WorldModel, RewardEstimator.
+
+They are shaped so that a one-shot text agent (one action = one program, graded
+once) and a multi-step control policy (many actions, a reward at the end) fit the
+same loop: environments are *batched* and step a list of episodes at once, and a
+world model has the same reset/step shape as the real environment so it can stand
+in for it inside a rollout. What a world model adds is uncertainty (a variance per
+predicted reward) and, optionally, online fitting from anchor pairs.
+
+Batching convention: `reset(tasks)` opens one episode per task; `step(actions)`
+takes a list aligned with that batch, `None` for episodes already done, and
+returns a list aligned the same way (`None` where no action was given).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Sequence
+
+import torch
+
+from wmrl.core.types import Estimate, Group, Outcome, Prediction, Task, Trajectory, Transition
+
+
+class Policy(ABC):
+    """A stochastic policy that owns its `torch.nn.Module` (the engine wraps it)."""
+
+    module: torch.nn.Module
+
+    @abstractmethod
+    def act(
+        self,
+        observations: Sequence[Any],
+        *,
+        generator: torch.Generator | None = None,
+        greedy: bool = False,
+    ) -> tuple[list[Any], list[float]]:
+        """Sample one action per observation; return actions and their log-probs."""
+
+    @abstractmethod
+    def log_prob(self, observations: Sequence[Any], actions: Sequence[Any]) -> torch.Tensor:
+        """Differentiable log-probabilities of `actions` given `observations`, shape [n]."""
+
+
+class RealEnv(ABC):
+    """The trusted, expensive scorer (a sandbox, a simulator, a robot).
+
+    `capacity` is how many executions it runs at once (its sandbox slots).
+    """
+
+    capacity: int = 1
+
+    @abstractmethod
+    def reset(self, tasks: Sequence[Task]) -> list[Any]:
+        """Open one episode per task and return the first observations."""
+
+    @abstractmethod
+    def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
+        """Advance every episode that got an action."""
+
+    def outcome(self, trajectory: Trajectory) -> Outcome:
+        """The verdict on a finished real episode: its summed reward, unknown if any step was."""
+        if any(r is None for r in trajectory.step_rewards):
+            return Outcome(None, "infra", {"reason": "a step's reward was unknown"})
+        status = trajectory.infos[-1].get("status", "ok") if trajectory.infos else "ok"
+        return Outcome(float(sum(trajectory.step_rewards)), status)
+
+    def close(self) -> None:
+        """Release sandboxes, simulators, processes."""
+
+
+class WorldModel(ABC):
+    """The cheap scorer: same reset/step shape as RealEnv, rewards with variances."""
+
+    @abstractmethod
+    def reset(self, tasks: Sequence[Task]) -> list[Any]:
+        """Open one simulated episode per task."""
+
+    @abstractmethod
+    def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
+        """Simulate one step per episode; `Transition.reward_var` carries the uncertainty."""
+
+    def predict(self, trajectories: Sequence[Trajectory]) -> list[Prediction]:
+        """Grade trajectories rolled out elsewhere (the anchor pairing).
+
+        The default replays each trajectory's actions inside the model, so the
+        score is the same quantity a rollout inside the model would produce.
+        """
+        if not trajectories:
+            return []
+        self.reset([t.task for t in trajectories])
+        means = [0.0] * len(trajectories)
+        variances: list[float | None] = [0.0] * len(trajectories)
+        known = [True] * len(trajectories)
+        for turn in range(max(t.turns for t in trajectories)):
+            actions = [t.actions[turn] if turn < t.turns else None for t in trajectories]
+            for i, tr in enumerate(self.step(actions)):
+                if tr is None:
+                    continue
+                if tr.reward is None:
+                    known[i] = False
+                    continue
+                means[i] += tr.reward
+                variances[i] = None if tr.reward_var is None or variances[i] is None else variances[i] + tr.reward_var
+        return [
+            Prediction.checked(m, v) if ok else Prediction(None, error="world model gave no reward")
+            for m, v, ok in zip(means, variances, known)
+        ]
+
+    def fit(self, pairs: Sequence[Any]) -> None:
+        """Learn from new anchor pairs (`wmrl.core.store.AnchorPair`), called once per step
+        after they are stored; world models that learn online override this."""
+
+
+class RewardEstimator(ABC):
+    """Turns graded groups into rewards, advantages and weights (the WMRL math)."""
+
+    #: fraction of groups this estimator wants graded by the real environment
+    anchor_fraction: float = 0.0
+    #: whether the world model grades anything
+    uses_world_model: bool = True
+
+    @abstractmethod
+    def estimate(self, groups: Sequence[Group]) -> Estimate:
+        """Grade-to-advantage for one step, in the order the method prescribes."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned (exact resume)."""

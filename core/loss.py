@@ -1,0 +1,50 @@
+"""The policy-gradient surrogate the engine minimises, from an estimator's output.
+
+PPO's clipped ratio objective over every graded trajectory, each weighted by
+the estimator's weight (the denoiser's anchor weight, per-trajectory inverse
+variance) and normalised by the total weight, so the weights fuse the streams
+as a weighted mean instead of rescaling the step. A trajectory counts once
+however many turns it has; excluded trajectories (no advantage) never enter.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from wmrl.core.interfaces import Policy
+from wmrl.core.types import Estimate, Group
+
+
+class SurrogateBatch:
+    """The flattened turns of one step's graded trajectories."""
+
+    def __init__(self, groups: Sequence[Group], est: Estimate):
+        self.observations, self.actions, old, adv, wt = [], [], [], [], []
+        total_w = 0.0
+        self.trajectories = 0
+        for g, advs, ws in zip(groups, est.advantages, est.weights):
+            for traj, a, w in zip(g.trajectories, advs, ws):
+                if a is None or w <= 0 or traj.turns == 0:
+                    continue
+                total_w += w
+                self.trajectories += 1
+                for t in range(traj.turns):
+                    self.observations.append(traj.observations[t])
+                    self.actions.append(traj.actions[t])
+                    old.append(traj.log_probs[t])
+                    adv.append(a)
+                    wt.append(w / traj.turns)
+        self.old_log_probs = torch.tensor(old, dtype=torch.float32)
+        self.advantages = torch.tensor(adv, dtype=torch.float32)
+        self.weights = torch.tensor(wt, dtype=torch.float32) / (total_w or 1.0)
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+    def loss(self, policy: Policy, clip_eps: float) -> torch.Tensor:
+        new = policy.log_prob(self.observations, self.actions)
+        ratio = torch.exp(new - self.old_log_probs)
+        clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
+        return -(self.weights * torch.minimum(ratio * self.advantages, clipped * self.advantages)).sum()

@@ -1,0 +1,338 @@
+"""The domain-agnostic WMRL training loop.
+
+One step, in the order the method prescribes (DESIGN section 3):
+
+    sample tasks -> choose anchor groups -> roll anchor groups out in the real
+    environment and grade them with both scorers -> roll the other groups out
+    inside the world model -> store real executions and anchor pairs -> estimate
+    (debias, denoise, advantages) -> policy update through the engine ->
+    metrics, checkpoint.
+
+Real executions are the expensive, irreplaceable data: each batch is committed to
+the run store as soon as the environment returns it, keyed by its position in the
+run (step, group, member), and a resumed run looks every key up before executing
+anything. Resume restores the last checkpoint (weights, optimizer, RNG, estimator
+state), so the re-played steps draw the same anchors and reuse what was stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import pickle
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from wmrl.core.anchors import AnchorConfig, AnchorScheduler
+from wmrl.core.domain import Domain
+from wmrl.core.engine import Engine, EngineConfig
+from wmrl.core.estimators import EstimatorConfig, build_estimator
+from wmrl.core.loss import SurrogateBatch
+from wmrl.core.metrics import MetricsLogger
+from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
+from wmrl.core.store import AnchorPair, ExecutionRecord, RunStore
+from wmrl.core.types import Estimate, Group, Outcome, Prediction, Task, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 30
+    groups_per_step: int = 8
+    group_size: int = 8
+    ppo_epochs: int = 1
+    clip_eps: float = 0.2
+    eval_every: int = 10  # 0: evaluate only before and after training
+    eval_samples: int = 4  # real episodes per held-out task per evaluation
+    eval_splits: list[str] = field(default_factory=lambda: ["test_id", "test_ood"])
+    checkpoint_every: int = 5
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("steps", "groups_per_step", "group_size", "ppo_epochs", "eval_samples", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"trainer.{name} must be >= 1")
+        if self.group_size < 2:
+            raise ValueError("trainer.group_size must be >= 2: GRPO needs a group baseline")
+
+
+class Trainer:
+    def __init__(
+        self,
+        domain: Domain,
+        *,
+        trainer: TrainerConfig,
+        estimator: EstimatorConfig,
+        anchors: AnchorConfig,
+        engine: EngineConfig,
+        run_dir: str | Path,
+        run_id: str = "run",
+        tensorboard: bool = True,
+    ):
+        trainer.validate()
+        anchors.validate()
+        self.cfg = trainer
+        self.domain = domain
+        self.run_id = run_id
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(trainer.seed)
+        self.policy = domain.make_policy(trainer.seed)
+        self.engine = Engine(self.policy.module, engine)
+        self.estimator = build_estimator(estimator, anchors.fraction)
+        self.env = domain.make_real_env()
+        self.world_model = domain.make_world_model() if self.estimator.uses_world_model else None
+        self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction)
+        self.store = RunStore(self.dir / "store.sqlite")
+        self.generator = torch.Generator().manual_seed(trainer.seed)
+        self.train_tasks = domain.tasks("train")
+        if not self.train_tasks:
+            raise ValueError(f"domain {type(domain).__name__} has no train tasks")
+        self.step = 0
+        self.history: list[dict] = []  # evaluation rows
+        self.real_wall = 0.0  # cumulative wall-clock of real execution, survives resume
+        self.wall = 0.0
+        self._resume()
+        self.metrics = MetricsLogger(self.dir, resume_step=self.step, tensorboard=tensorboard)
+
+    # ------------------------------------------------------------------ state
+    def _client_state(self) -> dict:
+        return {
+            "step": self.step,
+            "generator": self.generator.get_state(),
+            "torch_rng": torch.get_rng_state(),
+            "estimator": self.estimator.state_dict(),
+            "history": self.history,
+            "real_wall": self.real_wall,
+            "wall": self.wall,
+            "run_id": self.run_id,
+        }
+
+    def _resume(self) -> None:
+        state = self.engine.load(self.dir / "checkpoints")
+        if state is None:
+            return
+        if state["run_id"] != self.run_id:
+            raise ValueError(f"{self.dir} holds run {state['run_id']!r}, not {self.run_id!r}: use another run_dir")
+        self.step = int(state["step"])
+        self.generator.set_state(state["generator"])
+        torch.set_rng_state(state["torch_rng"])
+        self.estimator.load_state_dict(state["estimator"])
+        self.history = list(state["history"])
+        self.real_wall, self.wall = float(state["real_wall"]), float(state["wall"])
+        log.info("resumed %s at step %d", self.dir, self.step)
+
+    def save(self) -> Path:
+        return self.engine.save(self.dir / "checkpoints", f"step{self.step:06d}", self._client_state())
+
+    # ------------------------------------------------------------------ real execution
+    def _real(self, tasks: Sequence[Task], keys: Sequence[str], step: int, generator, greedy=False):
+        """Roll episodes out in the real environment, reusing any already stored under `keys`."""
+        stored = self.store.get_executions(keys)
+        todo = [i for i, k in enumerate(keys) if k not in stored]
+        times = RolloutTimes()
+        fresh = rollout(
+            self.policy, self.env, [tasks[i] for i in todo], source="real",
+            max_turns=self.domain.max_turns, generator=generator, greedy=greedy, times=times,
+        )
+        records = []
+        for i, traj in zip(todo, fresh):
+            traj.real = self._outcome(traj)
+            records.append(
+                ExecutionRecord(
+                    key=keys[i], run_id=self.run_id, step=step, task_id=traj.task.id,
+                    status=traj.real.status, reward=traj.real.reward, payload=pickle.dumps(traj),
+                    info={"turns": traj.turns},
+                )
+            )
+        self.store.put_executions(records)
+        out: list[Trajectory] = [None] * len(keys)  # type: ignore[list-item]
+        for i, traj in zip(todo, fresh):
+            out[i] = traj
+        for i, k in enumerate(keys):
+            if out[i] is None:
+                out[i] = pickle.loads(stored[k].payload)
+        return out, times, len(todo)
+
+    def _outcome(self, traj: Trajectory) -> Outcome:
+        try:
+            return self.env.outcome(traj)
+        except ValueError as exc:  # a domain bug (e.g. unnormalised reward): keep the run, drop the grade
+            log.error("real environment gave an invalid outcome for task %s: %s", traj.task.id, exc)
+            return Outcome(None, "infra", {"error": str(exc)})
+
+    # ------------------------------------------------------------------ one step
+    def _sample_tasks(self, step: int) -> list[Task]:
+        rng = np.random.default_rng([self.cfg.seed, step, 7])
+        n = self.cfg.groups_per_step
+        idx = rng.choice(len(self.train_tasks), size=n, replace=n > len(self.train_tasks))
+        return [self.train_tasks[i] for i in idx]
+
+    def _wm_grade(self, trajs: list[Trajectory]) -> float:
+        t0 = time.perf_counter()
+        try:
+            preds = self.world_model.predict(trajs)
+            if len(preds) != len(trajs):
+                raise RuntimeError(f"predict returned {len(preds)} predictions for {len(trajs)} trajectories")
+        except Exception as exc:
+            log.warning("world model predict failed: %r; %d anchor trajectories lack a WM grade", exc, len(trajs))
+            preds = [Prediction(None, error=repr(exc))] * len(trajs)
+        for traj, p in zip(trajs, preds):
+            traj.wm = p if p.mean is None else Prediction.checked(p.mean, p.var, p.samples)
+        return time.perf_counter() - t0
+
+    def collect(self, step: int) -> tuple[list[Group], dict]:
+        """Roll out and grade one step's groups (anchors by both scorers, the rest by the WM)."""
+        G = self.cfg.group_size
+        tasks = self._sample_tasks(step)
+        anchor_idx = set(self.scheduler.choose(step, len(tasks)).tolist())
+        groups = [Group(id=f"s{step}g{g}", task=t, trajectories=[], anchor=g in anchor_idx) for g, t in enumerate(tasks)]
+
+        anchor_groups = [g for g in groups if g.anchor]
+        keys = [f"{g.id}m{m}" for g in anchor_groups for m in range(G)]
+        real_trajs, real_times, executed = self._real(
+            [g.task for g in anchor_groups for _ in range(G)], keys, step, self.generator
+        )
+        wm_time = 0.0
+        if self.world_model is not None and real_trajs:
+            wm_time += self._wm_grade(real_trajs)
+        for j, g in enumerate(anchor_groups):
+            g.trajectories = real_trajs[j * G : (j + 1) * G]
+
+        # the other groups are rolled out inside the world model
+        wm_groups = [g for g in groups if not g.anchor]
+        wm_times = RolloutTimes()
+        if wm_groups:
+            sim = rollout(
+                self.policy, self.world_model, [g.task for g in wm_groups for _ in range(G)], source="wm",
+                max_turns=self.domain.max_turns, generator=self.generator, times=wm_times,
+            )
+            for traj in sim:
+                traj.wm = wm_prediction(traj)
+            for j, g in enumerate(wm_groups):
+                g.trajectories = sim[j * G : (j + 1) * G]
+        self._store_pairs(step, anchor_groups)
+        times = {
+            "real_executions": float(executed),
+            "time_generation": real_times.generation + wm_times.generation,
+            "time_wm": wm_time + wm_times.scorer,
+            "time_real": real_times.scorer,
+        }
+        return groups, times
+
+    def train_step(self, step: int) -> dict:
+        t_step = time.perf_counter()
+        groups, times = self.collect(step)
+        est = self.estimator.estimate(groups)
+        t0 = time.perf_counter()
+        update = self._update(groups, est)
+        update_time = time.perf_counter() - t0
+        step_time = time.perf_counter() - t_step
+        self.real_wall += times["time_real"]
+        self.wall += step_time
+        return {
+            **est.diagnostics,
+            **update,
+            **times,
+            "reward_oracle": self._oracle_mean(groups),
+            "time_update": update_time,
+            "time_step": step_time,
+            "wall": self.wall,
+        }
+
+    def _store_pairs(self, step: int, anchor_groups: list[Group]) -> None:
+        """Persist the step's anchor pairs, then let a learning world model see them."""
+        pairs = [
+            AnchorPair(self.run_id, step, g.id, m, g.task.id, t.wm.mean, t.wm.var, t.real.reward)
+            for g in anchor_groups
+            for m, t in enumerate(g.trajectories)
+            if t.wm is not None and t.wm.known and t.real is not None and t.real.known
+        ]
+        self.store.add_anchor_pairs(pairs)
+        if self.world_model is not None and pairs:
+            try:
+                self.world_model.fit(pairs)
+            except Exception as exc:  # a WM that fails to learn must not stop training
+                log.warning("world model fit failed: %r", exc)
+
+    def _oracle_mean(self, groups: list[Group]) -> float:
+        vals = [self.domain.oracle_reward(t) for g in groups for t in g.trajectories]
+        vals = [v for v in vals if v is not None]
+        return float(np.mean(vals)) if vals else float("nan")
+
+    # ------------------------------------------------------------------ update
+    def _update(self, groups: list[Group], est: Estimate) -> dict:
+        batch = SurrogateBatch(groups, est)
+        if not len(batch):
+            return {"loss": float("nan"), "grad_norm": float("nan"), "trained_trajectories": 0.0}
+        stats: dict = {}
+        for _ in range(self.cfg.ppo_epochs):
+            loss = batch.loss(self.policy, self.cfg.clip_eps)
+            stats = self.engine.step(loss)
+            stats["loss"] = float(loss.detach())
+        stats["trained_trajectories"] = float(batch.trajectories)
+        return stats
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, split: str) -> dict:
+        """Mean real reward on a held-out split (real execution, stored like any other)."""
+        tasks = self.domain.tasks(split)
+        n = self.cfg.eval_samples
+        batch = [t for t in tasks for _ in range(n)]
+        keys = [f"eval/{self.step}/{split}/{t.id}/{i}" for t in tasks for i in range(n)]
+        gen = torch.Generator().manual_seed(self.cfg.seed + 100_003)
+        trajs, times, _ = self._real(batch, keys, self.step, gen)
+        rewards = [t.real.reward for t in trajs if t.real is not None and t.real.known]
+        return {
+            "split": split,
+            "reward": float(np.mean(rewards)) if rewards else float("nan"),
+            "unknown": len(trajs) - len(rewards),
+            "n": len(trajs),
+            "eval_time": times.scorer + times.generation,
+        }
+
+    def _evaluate_all(self) -> dict:
+        row = {"step": self.step, "wall": self.wall, "real_wall": self.real_wall}
+        for split in self.cfg.eval_splits:
+            if self.domain.tasks(split):
+                row[f"eval_{split}"] = self.evaluate(split)["reward"]
+        self.history.append(row)
+        return row
+
+    # ------------------------------------------------------------------ loop
+    def train(self, progress: bool = False) -> list[dict]:
+        """Train to `trainer.steps`, evaluating before, every `eval_every`, and after."""
+        from tqdm.auto import tqdm
+
+        if self.step == 0 and not self.history:
+            self._evaluate_all()
+        bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not progress, desc="wmrl train", unit="step")
+        try:
+            while self.step < self.cfg.steps:
+                step = self.step + 1
+                m = self.train_step(step)
+                self.step = step
+                ev = self.cfg.eval_every
+                if (ev and step % ev == 0) or step == self.cfg.steps:
+                    m.update({k: v for k, v in self._evaluate_all().items() if k.startswith("eval_")})
+                self.metrics.log(step, m)
+                if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
+                    self.save()
+                bar.update(1)
+                bar.set_postfix(
+                    {k: f"{m[k]:.3f}" for k in ("reward_estimated", "anchor_weight") if isinstance(m.get(k), float) and math.isfinite(m[k])}
+                )
+        finally:
+            bar.close()
+        return self.history
+
+    def close(self) -> None:
+        self.metrics.close()
+        self.store.close()
+        self.env.close()

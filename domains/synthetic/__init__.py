@@ -1,0 +1,1 @@
+"""Synthetic domains with known true rewards and controllable world-model bias and noise."""

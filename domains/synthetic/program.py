@@ -1,0 +1,196 @@
+"""One-shot synthetic domain: write a "program" (a choice per slot), get it graded once.
+
+It stands in for the AutoResearch shape -- one action, one expensive grade -- with
+a known true reward, so tests and benchmarks can check what WMRL's corrections
+actually buy. A task is a feature vector phi; option m of slot k is worth
+v[k, m] = sigmoid(2 phi . U[k, m]) and a program's true reward is the mean worth
+of its choices, in (0, 1). Held-out OOD tasks draw phi from a shifted
+distribution the policy never trains on.
+
+The world model's score is built from the three failure modes the method is
+about, each controllable:
+- a non-affine monotone distortion r -> r**wm_shape (GRPO's standardization
+  cancels affine maps, not this);
+- a *reordering* bias: each slot has a "hack" option the world model overrates
+  by `wm_hack`/n_slots, so it prefers worse programs (a policy trained on it
+  alone learns the hacks);
+- heteroscedastic noise: std `wm_noise` plus `wm_noise_hetero` times the share
+  of "exotic" choices (the upper half of options), reported as the variance.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from wmrl.core.domain import Domain
+from wmrl.core.interfaces import Policy, RealEnv, WorldModel
+from wmrl.core.registry import DOMAINS
+from wmrl.core.types import Task, Trajectory, Transition
+from wmrl.domains.synthetic.common import ExecutionCost
+
+
+@dataclass
+class ProgramConfig:
+    name: str = "synthetic-program"
+    n_slots: int = 4
+    n_choices: int = 6
+    feature_dim: int = 8
+    n_train: int = 32
+    n_test_id: int = 16
+    n_test_ood: int = 16
+    ood_shift: float = 1.5
+    seed: int = 0
+    hidden: int = 32
+    real_delay_s: float = 0.0
+    real_capacity: int = 4
+    wm_shape: float = 1.0
+    wm_hack: float = 0.0
+    wm_noise: float = 0.02
+    wm_noise_hetero: float = 0.0
+    ledger: str | None = None
+
+
+class ProgramWorld:
+    """The ground truth shared by the real env and (distorted) the world model."""
+
+    def __init__(self, cfg: ProgramConfig):
+        self.cfg = cfg
+        rng = np.random.default_rng([cfg.seed, 1])
+        self.U = rng.normal(size=(cfg.n_slots, cfg.n_choices, cfg.feature_dim)) / np.sqrt(cfg.feature_dim)
+        # the hack option per slot: one that is worse than average over training-like tasks
+        phis = rng.normal(size=(256, cfg.feature_dim))
+        mean_worth = self._worth(phis).mean(axis=0)  # [K, M]
+        self.hack = np.argsort(mean_worth, axis=1)[:, cfg.n_choices // 3]
+
+    def _worth(self, phi: np.ndarray) -> np.ndarray:
+        z = np.einsum("kmd,nd->nkm", self.U, np.atleast_2d(phi))
+        return 1.0 / (1.0 + np.exp(-2.0 * z))
+
+    def reward(self, phi: np.ndarray, action: np.ndarray) -> float:
+        worth = self._worth(phi)[0]
+        return float(worth[np.arange(self.cfg.n_slots), action].mean())
+
+    def tasks(self, split: str) -> list[Task]:
+        cfg = self.cfg
+        n = {"train": cfg.n_train, "test_id": cfg.n_test_id, "test_ood": cfg.n_test_ood}[split]
+        rng = np.random.default_rng([cfg.seed, 2, ["train", "test_id", "test_ood"].index(split)])
+        phi = rng.normal(size=(n, cfg.feature_dim))
+        if split == "test_ood":
+            phi[:, : cfg.feature_dim // 2] += cfg.ood_shift
+        return [Task(f"{split}-{i}", split, phi[i].astype(np.float32)) for i in range(n)]
+
+
+class ProgramEnv(RealEnv):
+    def __init__(self, world: ProgramWorld):
+        self.world = world
+        c = world.cfg
+        self.cost = ExecutionCost(c.real_delay_s, c.real_capacity, c.ledger)
+        self.capacity = c.real_capacity
+        self._tasks: list[Task] = []
+
+    def reset(self, tasks: Sequence[Task]) -> list[Any]:
+        self._tasks = list(tasks)
+        return [t.payload for t in self._tasks]
+
+    def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
+        live = [i for i, a in enumerate(actions) if a is not None]
+        self.cost.pay([f"{self._tasks[i].id}:{','.join(map(str, actions[i]))}" for i in live])
+        out: list[Transition | None] = [None] * len(actions)
+        for i in live:
+            r = self.world.reward(self._tasks[i].payload, np.asarray(actions[i]))
+            out[i] = Transition(None, r, True, info={"status": "ok"})
+        return out
+
+
+class ProgramWorldModel(WorldModel):
+    """Deterministic per (task, program), like a world model decoding greedily: resume is exact."""
+
+    def __init__(self, world: ProgramWorld):
+        self.world = world
+        self._tasks: list[Task] = []
+
+    def reset(self, tasks: Sequence[Task]) -> list[Any]:
+        self._tasks = list(tasks)
+        return [t.payload for t in self._tasks]
+
+    def score(self, task: Task, action: np.ndarray) -> tuple[float, float]:
+        c = self.world.cfg
+        r = self.world.reward(task.payload, action)
+        hacked = float(np.mean(action == self.world.hack))
+        exotic = float(np.mean(action >= c.n_choices // 2))
+        std = c.wm_noise + c.wm_noise_hetero * exotic
+        noise = np.random.default_rng([c.seed, 3, zlib.crc32(task.id.encode()), *action.tolist()]).normal()
+        mean = r**c.wm_shape + c.wm_hack * hacked + std * noise
+        return float(np.clip(mean, 0.0, 1.0)), std**2
+
+    def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
+        out: list[Transition | None] = [None] * len(actions)
+        for i, a in enumerate(actions):
+            if a is not None:
+                m, v = self.score(self._tasks[i], np.asarray(a))
+                out[i] = Transition(None, m, True, reward_var=v)
+        return out
+
+
+class ProgramPolicy(Policy):
+    """Independent categorical per slot, conditioned on the task features."""
+
+    def __init__(self, cfg: ProgramConfig, seed: int):
+        torch.manual_seed(seed)
+        self.K, self.M = cfg.n_slots, cfg.n_choices
+        self.module = nn.Sequential(nn.Linear(cfg.feature_dim, cfg.hidden), nn.Tanh(), nn.Linear(cfg.hidden, self.K * self.M))
+        with torch.no_grad():  # start near uniform: the mediocre agent RL improves
+            self.module[-1].weight.mul_(0.1)
+            self.module[-1].bias.zero_()
+
+    def _logits(self, observations: Sequence[Any]) -> torch.Tensor:
+        x = torch.as_tensor(np.stack(observations), dtype=torch.float32)
+        return self.module(x).view(-1, self.K, self.M)
+
+    def act(self, observations, *, generator=None, greedy=False):
+        logits = self._logits(observations)
+        logp = torch.log_softmax(logits, -1)
+        if greedy:
+            a = logits.argmax(-1)
+        else:
+            a = torch.multinomial(logp.exp().view(-1, self.M), 1, generator=generator).view(-1, self.K)
+        lp = logp.gather(-1, a.unsqueeze(-1)).squeeze(-1).sum(-1)
+        return [row.numpy() for row in a], lp.tolist()
+
+    def log_prob(self, observations, actions) -> torch.Tensor:
+        logp = torch.log_softmax(self._logits(observations), -1)
+        a = torch.as_tensor(np.stack(actions), dtype=torch.long)
+        return logp.gather(-1, a.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+
+@DOMAINS.register("synthetic-program")
+class ProgramDomain(Domain):
+    config_class = ProgramConfig
+    max_turns = 1
+
+    def __init__(self, cfg: ProgramConfig):
+        super().__init__(cfg)
+        self.world = ProgramWorld(cfg)
+
+    def tasks(self, split: str) -> list[Task]:
+        return self.world.tasks(split)
+
+    def make_policy(self, seed: int) -> Policy:
+        return ProgramPolicy(self.cfg, seed)
+
+    def make_real_env(self) -> RealEnv:
+        return ProgramEnv(self.world)
+
+    def make_world_model(self) -> WorldModel:
+        return ProgramWorldModel(self.world)
+
+    def oracle_reward(self, trajectory: Trajectory) -> float | None:
+        if not trajectory.actions:
+            return None
+        return self.world.reward(trajectory.task.payload, np.asarray(trajectory.actions[-1]))

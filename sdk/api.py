@@ -1,0 +1,92 @@
+"""The Python API: `wmrl.train(cfg)` and `wmrl.evaluate(run_dir)`.
+
+Both take what the CLI takes (a config path or shipped name, a mapping, or a
+RunConfig, plus dotlist overrides), so a notebook and a shell run the same job.
+A run folder is self-describing: the resolved `config.yaml`, `metrics.jsonl`,
+TensorBoard events, the run store, checkpoints, and `summary.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from wmrl.config import ConfigError, RunConfig, load_config, to_yaml
+from wmrl.core.registry import DOMAINS
+from wmrl.core.trainer import Trainer
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    history: list[dict]  # one row per evaluation: step, wall, real_wall, eval_<split>
+    config: RunConfig
+
+    @property
+    def final(self) -> dict:
+        return self.history[-1] if self.history else {}
+
+
+def build_trainer(cfg: RunConfig) -> Trainer:
+    domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
+    return Trainer(
+        domain, trainer=cfg.trainer, estimator=cfg.estimator, anchors=cfg.anchors, engine=cfg.engine,
+        run_dir=cfg.run_dir, run_id=cfg.run_id, tensorboard=cfg.tensorboard,
+    )
+
+
+def _check_same_config(run_dir: Path, cfg: RunConfig) -> None:
+    """Resuming with another config would silently mix two experiments; only `trainer.steps` may grow."""
+    saved = run_dir / "config.yaml"
+    if not saved.exists():
+        return
+    old = load_config(str(saved))
+    old.trainer.steps = cfg.trainer.steps
+    if to_yaml(old) != to_yaml(cfg):
+        raise ConfigError(
+            f"{run_dir} holds a run with a different config; resume it with the same config "
+            "(see its config.yaml; only trainer.steps may change) or pass another run_dir"
+        )
+
+
+def train(cfg: Any = None, overrides: Sequence[str] = (), *, progress: bool = False) -> TrainResult:
+    """Train (or resume, if `run_dir` holds a checkpoint of the same run) and return the history."""
+    cfg = load_config(cfg, overrides)
+    logging.getLogger("wmrl").setLevel(cfg.log_level)
+    run_dir = Path(cfg.run_dir)
+    _check_same_config(run_dir, cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    trainer = build_trainer(cfg)
+    try:
+        history = trainer.train(progress=progress)
+        executions = trainer.store.count_executions(cfg.run_id)
+        pairs = trainer.store.count_anchor_pairs(cfg.run_id)
+    finally:
+        trainer.close()
+    summary = {
+        "domain": cfg.domain.name,
+        "mode": cfg.estimator.mode,
+        "steps": cfg.trainer.steps,
+        "real_executions": executions,
+        "anchor_pairs": pairs,
+        "history": history,
+    }
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    return TrainResult(run_dir, history, cfg)
+
+
+def evaluate(run_dir: str | Path, splits: Sequence[str] | None = None) -> dict[str, float]:
+    """Real held-out reward of a run's latest checkpoint."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise ConfigError(f"{run_dir} is not a wmrl run folder (no config.yaml)")
+    cfg = load_config(str(run_dir / "config.yaml"))
+    trainer = build_trainer(cfg)
+    try:
+        return {s: trainer.evaluate(s)["reward"] for s in (splits or cfg.trainer.eval_splits)}
+    finally:
+        trainer.close()

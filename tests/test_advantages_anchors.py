@@ -1,0 +1,67 @@
+"""GRPO advantages over partly graded groups, and anchor scheduling."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wmrl.core.advantages import AdvantageConfig, group_advantages
+from wmrl.core.anchors import AnchorConfig, AnchorScheduler
+
+grades = st.lists(st.one_of(st.none(), st.floats(0, 1)), min_size=0, max_size=16)
+
+
+@given(grades, st.booleans())
+def test_advantages_zero_mean_and_unknown_never_zero(rs, standardize):
+    cfg = AdvantageConfig(standardize=standardize)
+    adv = group_advantages(rs, cfg)
+    assert len(adv) == len(rs)
+    for r, a in zip(rs, adv):
+        if r is None:
+            assert a is None  # excluded, never scored
+    graded = [a for a in adv if a is not None]
+    if sum(r is not None for r in rs) < 2:
+        assert graded == []
+    else:
+        assert abs(np.mean(graded)) < 1e-9
+
+
+def test_standardize_switch_and_order():
+    rs = [0.1, None, 0.5, 0.9]
+    a = group_advantages(rs, AdvantageConfig(standardize=True))
+    assert a[1] is None and a[0] < a[2] < a[3]
+    assert np.std([a[0], a[2], a[3]]) == pytest.approx(1.0, rel=1e-4)
+    c = group_advantages(rs, AdvantageConfig(standardize=False))
+    assert [c[0], c[2], c[3]] == pytest.approx([-0.4, 0.0, 0.4])
+
+
+def test_min_graded_skips_group():
+    assert group_advantages([0.2, None, None], AdvantageConfig(min_graded=2)) == [None] * 3
+    assert group_advantages([0.2, 0.4, None], AdvantageConfig(min_graded=3)) == [None] * 3
+    with pytest.raises(ValueError, match="min_graded"):
+        AdvantageConfig(min_graded=1).validate()
+
+
+def test_anchor_fraction_floor_and_seeded_choice():
+    s = AnchorScheduler(AnchorConfig(fraction=0.1, min_groups=1, seed=3))
+    assert s.count(8) == 1  # round(0.8) = 1, and the floor
+    assert s.count(40) == 4
+    a, b = s.choose(5, 40), s.choose(5, 40)
+    assert np.array_equal(a, b) and len(set(a.tolist())) == 4
+    assert not np.array_equal(s.choose(5, 40), s.choose(6, 40))
+    assert AnchorScheduler(AnchorConfig(fraction=0.0)).count(8) == 0
+
+
+def test_capacity_binds_and_realized_fraction_falls():
+    s = AnchorScheduler(AnchorConfig(fraction=0.5, max_in_flight=2))
+    assert s.count(16) == 2  # wants 8, the pool runs 2 groups at once
+    assert s.count(16) / 16 < 0.5
+    assert AnchorScheduler(AnchorConfig(fraction=0.5)).count(16) == 8  # no cap
+    full = AnchorScheduler(AnchorConfig(max_in_flight=2), fraction=1.0)
+    assert full.count(16) == 16  # mode real grades everything, cap or not
+
+
+@pytest.mark.parametrize("rho", [-0.1, 1.5])
+def test_fraction_outside_unit_interval_is_an_error(rho):
+    with pytest.raises(ValueError, match="fraction"):
+        AnchorScheduler(AnchorConfig(fraction=rho))

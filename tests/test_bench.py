@@ -1,0 +1,44 @@
+"""The benchmark harness: it compares only like with like, and writes what it measured."""
+
+import json
+
+import pytest
+
+from wmrl.bench import run_benchmark
+from wmrl.bench.harness import IncomparableRuns, RunRecord, summarize, time_to_reach
+
+
+def rec(mode, seed, steps=10, digest="t", final=0.5, wall=10.0):
+    hist = [{"step": 0, "wall": 0.0, "eval_test_id": 0.1}, {"step": steps, "wall": wall, "eval_test_id": final}]
+    return RunRecord(mode, seed, steps, digest, hist, 100, wall, wall / 2)
+
+
+def test_refuses_ratios_across_different_seeds_tasks_or_update_counts():
+    ok = [rec("real", 0), rec("real", 1), rec("wmrl", 0), rec("wmrl", 1)]
+    summarize(ok)
+    with pytest.raises(IncomparableRuns, match="seeds"):
+        summarize([rec("real", 0), rec("real", 1), rec("wmrl", 0), rec("wmrl", 2)])
+    with pytest.raises(IncomparableRuns):
+        summarize([rec("real", 0), rec("wmrl", 0, steps=20)])
+    with pytest.raises(IncomparableRuns):
+        summarize([rec("real", 0), rec("wmrl", 0, digest="other")])
+    with pytest.raises(IncomparableRuns):
+        summarize([rec("real", 0), rec("real", 1, steps=11), rec("wmrl", 0), rec("wmrl", 1)])
+
+
+def test_summary_medians_ratio_and_time_to_reach():
+    runs = [rec("real", s, final=0.8, wall=40.0) for s in range(3)] + [rec("wmrl", s, final=0.8, wall=10.0) for s in range(3)]
+    out = summarize(runs)
+    assert out["modes"]["wmrl"]["wall_ratio_vs_reference"] == pytest.approx(4.0)
+    assert out["modes"]["wmrl"]["time_to_reference_final_median"] == pytest.approx(10.0)
+    assert time_to_reach(runs[0].history, 0.9) is None
+
+
+def test_modes_benchmark_writes_json(tmp_path):
+    out = run_benchmark("modes", [f"out={tmp_path / 'm.json'}", "seeds=1", "trainer.steps=2",
+                                   "trainer.eval_samples=1", "trainer.groups_per_step=4", "domain.real_delay_s=0"])
+    data = json.loads(out.read_text())
+    assert set(data["modes"]) == {"real", "wm", "wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl"}
+    assert data["modes"]["wm"]["real_executions_median"] < data["modes"]["real"]["real_executions_median"]
+    with pytest.raises(KeyError, match="modes"):
+        run_benchmark("nope")

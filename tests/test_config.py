@@ -1,0 +1,269 @@
+"""Config loading: shipped configs, overrides, typed domain sections, and every user mistake as a ConfigError."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from wmrl.config import DEFAULT_DOMAIN, ConfigError, RunConfig, load_config, to_yaml
+from wmrl.core.anchors import AnchorConfig
+from wmrl.core.debias import DebiasConfig
+from wmrl.core.engine import EngineConfig
+from wmrl.core.estimators import EstimatorConfig
+from wmrl.core.trainer import TrainerConfig
+from wmrl.domains.synthetic.control import ControlConfig
+from wmrl.domains.synthetic.program import ProgramConfig
+
+
+def _error(source=None, overrides=()) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_config(source, overrides)
+    return str(info.value)
+
+
+# ------------------------------------------------------------------ what loads
+
+
+def test_defaults_load_with_default_domain_typed():
+    cfg = load_config(None)
+    assert isinstance(cfg, RunConfig)
+    assert DEFAULT_DOMAIN == "synthetic-program"
+    assert isinstance(cfg.domain, ProgramConfig)
+    assert cfg.domain == ProgramConfig()
+    assert isinstance(cfg.estimator, EstimatorConfig) and cfg.estimator == EstimatorConfig()
+    assert isinstance(cfg.estimator.debias, DebiasConfig)
+    assert cfg.anchors == AnchorConfig()
+    assert cfg.engine == EngineConfig()
+    assert cfg.trainer == TrainerConfig()
+    assert cfg.run_dir == RunConfig().run_dir
+
+
+def test_shipped_program_config_loads():
+    cfg = load_config("synthetic-program")
+    assert isinstance(cfg.domain, ProgramConfig)
+    # values from configs/synthetic-program.yaml, not the dataclass defaults
+    assert cfg.domain.wm_hack == 0.6 and ProgramConfig().wm_hack != 0.6
+    assert cfg.domain.real_delay_s == 0.02
+    assert cfg.trainer.steps == 80
+    assert cfg.engine.lr == 0.03
+    assert cfg.estimator.mode == "wmrl"
+    assert cfg.run_dir == "runs/synthetic-program"
+
+
+def test_shipped_control_config_loads():
+    cfg = load_config("synthetic-control")
+    assert isinstance(cfg.domain, ControlConfig)
+    assert cfg.domain.name == "synthetic-control"
+    assert cfg.domain.wm_gain_error == 0.1
+    assert cfg.domain.wm_speed_bonus == 0.15
+    assert cfg.trainer.steps == 60
+    assert cfg.run_dir == "runs/synthetic-control"
+
+
+def test_domain_name_override_picks_the_domain_schema():
+    cfg = load_config(None, ["domain.name=synthetic-control", "domain.horizon=5"])
+    assert isinstance(cfg.domain, ControlConfig)
+    assert cfg.domain.horizon == 5
+
+
+def test_yaml_plus_overrides_overrides_win(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({
+        "domain": {"name": "synthetic-program", "wm_hack": 0.1, "n_slots": 3},
+        "trainer": {"steps": 11, "group_size": 4},
+        "anchors": {"fraction": 0.5},
+        "run_dir": "from-yaml",
+    }))
+    cfg = load_config(str(path), ["trainer.steps=7", "anchors.fraction=0.75", "run_dir=from-cli"])
+    assert cfg.trainer.steps == 7  # override wins
+    assert cfg.anchors.fraction == 0.75
+    assert cfg.run_dir == "from-cli"
+    assert cfg.trainer.group_size == 4  # yaml kept where not overridden
+    assert cfg.domain.wm_hack == 0.1 and cfg.domain.n_slots == 3
+    assert cfg.trainer.groups_per_step == TrainerConfig().groups_per_step  # default elsewhere
+
+
+def test_shipped_config_plus_overrides():
+    cfg = load_config("synthetic-program", ["trainer.steps=3", "domain.real_delay_s=0"])
+    assert cfg.trainer.steps == 3
+    assert cfg.domain.real_delay_s == 0.0
+    assert cfg.domain.wm_hack == 0.6
+
+
+def test_mapping_and_runconfig_sources():
+    cfg = load_config({"trainer": {"steps": 5}}, ["trainer.seed=3"])
+    assert (cfg.trainer.steps, cfg.trainer.seed) == (5, 3)
+    again = load_config(cfg, ["trainer.steps=6"])
+    assert again.trainer.steps == 6 and again.trainer.seed == 3
+    assert cfg.trainer.steps == 5  # the source is not mutated
+
+
+def test_domain_keys_are_typed():
+    cfg = load_config(None, ["domain.wm_hack=0.3", "domain.n_slots=5"])
+    assert isinstance(cfg.domain.wm_hack, float) and cfg.domain.wm_hack == 0.3
+    assert isinstance(cfg.domain.n_slots, int) and cfg.domain.n_slots == 5
+    # an int written for a float field becomes a float
+    cfg = load_config(None, ["domain.wm_hack=1"])
+    assert isinstance(cfg.domain.wm_hack, float)
+
+
+def test_domain_key_of_wrong_type_names_the_key():
+    msg = _error(None, ["domain.n_slots=abc"])
+    assert "domain.n_slots" in msg
+    assert "abc" in msg
+
+
+def test_key_of_another_domain_is_rejected():
+    msg = _error(None, ["domain.name=synthetic-control", "domain.n_slots=3"])
+    assert "domain.n_slots" in msg
+    assert "horizon" in msg  # lists the keys the control domain does have
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_malformed_yaml_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("trainer:\n  steps: [1, 2\n  seed: 3\n")
+    msg = _error(str(path))
+    assert str(path) in msg
+    assert "YAML" in msg
+    assert "\n" not in msg  # one line: the CLI prints it as-is
+
+
+def test_yaml_that_is_a_list(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- trainer\n- steps\n")
+    msg = _error(str(path))
+    assert str(path) in msg
+    assert "mapping" in msg and "list" in msg
+
+
+def test_empty_yaml_is_defaults(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("# nothing\n")
+    assert load_config(str(path)) == load_config(None)
+
+
+def test_unknown_top_level_key():
+    msg = _error(None, ["bogus=1"])
+    assert "bogus" in msg
+    assert "trainer" in msg and "estimator" in msg  # what is allowed
+
+
+def test_unknown_top_level_key_in_yaml(tmp_path):
+    path = tmp_path / "extra.yaml"
+    path.write_text("trainers:\n  steps: 3\n")
+    msg = _error(str(path))
+    assert "trainers" in msg
+
+
+def test_unknown_nested_key():
+    msg = _error(None, ["estimator.debias.bogus=1"])
+    assert "estimator.debias.bogus" in msg
+    assert "min_pairs" in msg  # lists the real keys of that section
+
+
+def test_wrong_type():
+    msg = _error(None, ["trainer.steps=many"])
+    assert "trainer.steps" in msg
+    assert "many" in msg
+    assert "int" in msg.lower()
+
+
+def test_section_that_is_not_a_mapping():
+    msg = _error(None, ["domain=5"])
+    assert msg.startswith("domain")
+    assert "mapping" in msg
+    msg = _error(None, ["estimator=5"])
+    assert msg.startswith("estimator")
+
+
+def test_unknown_mode_lists_modes():
+    msg = _error(None, ["estimator.mode=foo"])
+    assert "estimator.mode" in msg and "foo" in msg
+    for mode in ("real", "wm", "wmrl"):
+        assert mode in msg
+
+
+def test_unknown_domain_lists_registered():
+    msg = _error(None, ["domain.name=nope"])
+    assert "domain.name" in msg and "nope" in msg
+    assert "synthetic-program" in msg and "synthetic-control" in msg
+
+
+@pytest.mark.parametrize("rho", ["1.5", "-0.1"])
+def test_anchor_fraction_out_of_range(rho):
+    msg = _error(None, [f"anchors.fraction={rho}"])
+    assert "anchors.fraction" in msg
+    assert "[0, 1]" in msg
+
+
+@pytest.mark.parametrize("rho", ["0", "1"])
+def test_anchor_fraction_bounds_are_allowed(rho):
+    mode = "wm" if rho == "0" else "wmrl"
+    assert load_config(None, [f"anchors.fraction={rho}", f"estimator.mode={mode}"]).anchors.fraction == float(rho)
+
+
+def test_zero_anchors_in_wmrl_mode():
+    msg = _error(None, ["anchors.fraction=0", "estimator.mode=wmrl"])
+    assert "anchors.fraction" in msg and "wmrl" in msg
+    assert "estimator.mode=wm" in msg  # what to do instead
+
+
+def test_zero_stage_out_of_range():
+    msg = _error(None, ["engine.zero_stage=7"])
+    assert "engine.zero_stage" in msg
+    assert "0..3" in msg
+
+
+def test_group_size_one():
+    msg = _error(None, ["trainer.group_size=1"])
+    assert "trainer.group_size" in msg
+    assert ">= 2" in msg
+
+
+@pytest.mark.parametrize("item", ["nokeyvalue", "=5", "trainer..steps=3", "anchors.max_in_flight"])
+def test_bad_dotlist_override(item):
+    msg = _error(None, [item])
+    assert repr(item) in msg
+    assert "key.sub=value" in msg
+
+
+def test_missing_config_file(tmp_path):
+    path = tmp_path / "absent.yaml"
+    msg = _error(str(path))
+    assert str(path) in msg
+    assert "does not exist" in msg
+
+
+def test_unknown_shipped_name_lists_shipped():
+    msg = _error("no-such-config")
+    assert "no-such-config" in msg
+    assert "synthetic-program" in msg and "synthetic-control" in msg
+    assert ".yaml" in msg
+
+
+def test_config_error_is_a_value_error():
+    assert issubclass(ConfigError, ValueError)
+
+
+# ------------------------------------------------------------------ round trip
+
+
+@pytest.mark.parametrize("source, overrides", [
+    (None, []),
+    ("synthetic-program", ["domain.wm_hack=0.3", "anchors.max_in_flight=2", "trainer.eval_splits=[test_id]"]),
+    ("synthetic-control", ["estimator.mode=wm", "anchors.fraction=0", "domain.ledger=/tmp/x.jsonl"]),
+])
+def test_to_yaml_round_trip(tmp_path, source, overrides):
+    cfg = load_config(source, overrides)
+    path = tmp_path / "config.yaml"
+    path.write_text(to_yaml(cfg))
+    back = load_config(str(path))
+    assert back == cfg
+    assert type(back.domain) is type(cfg.domain)
+    assert dataclasses.asdict(back) == dataclasses.asdict(cfg)
+    assert to_yaml(back) == to_yaml(cfg)

@@ -1,0 +1,79 @@
+"""Inverse-Variance Denoising: the anchor weight's bounds, warm-up, frozen scale, skips."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from wmrl.core.denoise import DenoiseConfig, InverseVarianceDenoiser, disagreement
+
+group = st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=2, max_size=10)
+
+
+@given(st.lists(group, min_size=0, max_size=40), st.integers(1, 10), st.floats(1.0, 3.0), st.floats(3.0, 8.0))
+def test_weight_is_one_before_warmup_and_always_within_bounds(groups, warmup, target, w_max):
+    den = InverseVarianceDenoiser(DenoiseConfig(warmup=warmup, target_weight=target, w_max=w_max))
+    for g in groups:
+        d, s = np.array([a for a, _ in g]), np.array([b for _, b in g])
+        den.observe(d, s)
+        if den.groups_seen < warmup:
+            assert den.weight == 1.0
+        assert 1.0 <= den.weight <= w_max
+
+
+def test_scale_is_set_once_at_warmup_then_frozen():
+    rng = np.random.default_rng(0)
+    den = InverseVarianceDenoiser(DenoiseConfig(warmup=5, target_weight=2.0, w_max=10.0, half_life=4))
+    s = rng.uniform(size=8)
+    for _ in range(4):
+        den.observe(s + 0.1 * rng.normal(size=8), s)
+        assert den.weight == 1.0 and den.scale is None
+    den.observe(s + 0.1 * rng.normal(size=8), s)
+    assert den.weight == pytest.approx(2.0)  # exactly the target at the moment c is frozen
+    c = den.scale
+    for _ in range(20):  # the WM gets much noisier: w rises, c does not move
+        den.observe(s + 0.5 * rng.normal(size=8), s)
+    assert den.scale == c
+    assert den.weight > 3.0
+
+
+def test_groups_with_equal_real_scores_are_skipped():
+    den = InverseVarianceDenoiser(DenoiseConfig(warmup=1))
+    assert den.observe(np.array([0.1, 0.9, 0.5]), np.array([0.5, 0.5, 0.5])) is None
+    assert den.groups_seen == 0 and den.ema is None
+
+
+def test_disagreement_is_zero_for_a_shifted_copy_and_scale_free():
+    s = np.array([0.1, 0.4, 0.8, 0.3])
+    assert disagreement(s + 0.2, s) == pytest.approx(0.0)  # offsets cancel within a group
+    noisy = s + np.array([0.05, -0.05, 0.02, 0.0])
+    assert disagreement(noisy, s) == pytest.approx(disagreement(10 * noisy, 10 * s))
+
+
+def test_ema_half_life():
+    den = InverseVarianceDenoiser(DenoiseConfig(half_life=2.0, warmup=100))
+    s = np.array([0.0, 1.0])
+    den.observe(np.array([0.0, 1.0]), s)  # s2 = 0
+    assert den.ema == 0.0
+    den.observe(np.array([1.0, 0.0]), s)  # s2 = 4
+    assert den.ema == pytest.approx(4.0 * (1 - 0.5**0.5))
+
+
+def test_per_trajectory_weights_follow_predicted_variance():
+    den = InverseVarianceDenoiser(DenoiseConfig(warmup=1, per_trajectory=True, w_max=10))
+    s = np.array([0.1, 0.5, 0.9])
+    v = np.array([0.01, 0.04, 0.09, 0.04])
+    assert np.all(den.trajectory_weights(v) == 1.0)  # before the scale is frozen
+    den.observe(s + np.array([0.1, -0.1, 0.0]), s)
+    w = den.trajectory_weights(v)
+    assert w[0] > w[1] > w[2]  # more confident, more weight
+    assert w[1] == pytest.approx(w[3])
+    off = InverseVarianceDenoiser(DenoiseConfig(warmup=1, per_trajectory=False))
+    off.observe(s + np.array([0.1, -0.1, 0.0]), s)
+    assert np.all(off.trajectory_weights(v) == 1.0)
+
+
+@pytest.mark.parametrize("kw", [{"half_life": 0}, {"warmup": 0}, {"target_weight": 5.0, "w_max": 4.0}, {"target_weight": 0.5}])
+def test_bad_config_is_an_error(kw):
+    with pytest.raises(ValueError, match="estimator.denoise"):
+        InverseVarianceDenoiser(DenoiseConfig(**kw))

@@ -1,0 +1,98 @@
+"""Scorers that fail: NaN, exceptions, out-of-range rewards. The run goes on; nothing is scored 0."""
+
+import math
+
+import numpy as np
+import pytest
+
+from wmrl.core.anchors import AnchorConfig
+from wmrl.core.engine import EngineConfig
+from wmrl.core.estimators import EstimatorConfig
+from wmrl.core.metrics import read_jsonl
+from wmrl.core.store import RunStore
+from wmrl.core.trainer import Trainer, TrainerConfig
+from wmrl.core.types import Transition
+from wmrl.domains.synthetic.program import ProgramConfig, ProgramDomain, ProgramEnv, ProgramWorldModel
+
+
+class NaNWorldModel(ProgramWorldModel):
+    """Returns NaN for every third episode of a batch."""
+
+    def step(self, actions):
+        out = super().step(actions)
+        return [Transition(None, float("nan"), True) if (tr is not None and i % 3 == 0) else tr for i, tr in enumerate(out)]
+
+
+class RaisingWorldModel(ProgramWorldModel):
+    """Raises throughout every other training step (a WM server that comes and goes).
+
+    Each step calls the WM twice: grading the anchors, then simulating the other groups.
+    """
+
+    calls = 0
+
+    def step(self, actions):
+        RaisingWorldModel.calls += 1
+        if (RaisingWorldModel.calls - 1) // 2 % 2 == 0:
+            raise ConnectionError("world-model server went away")
+        return super().step(actions)
+
+
+class FlakyEnv(ProgramEnv):
+    """Sandbox infrastructure failure on every 5th execution; an out-of-range reward on every 7th."""
+
+    def step(self, actions):
+        out = super().step(actions)
+        for i, tr in enumerate(out):
+            if tr is not None and i % 5 == 0:
+                out[i] = Transition(None, None, True, info={"status": "infra"})
+            elif tr is not None and i % 7 == 0:
+                out[i] = Transition(None, 3.5, True, info={"status": "ok"})
+        return out
+
+
+def _run(tmp_path, wm_cls=ProgramWorldModel, env_cls=ProgramEnv, mode="wmrl", steps=6):
+    class Dom(ProgramDomain):
+        def make_world_model(self):
+            return wm_cls(self.world)
+
+        def make_real_env(self):
+            return env_cls(self.world)
+
+    t = Trainer(Dom(ProgramConfig()), trainer=TrainerConfig(steps=steps, eval_every=0, eval_samples=1),
+                estimator=EstimatorConfig(mode=mode), anchors=AnchorConfig(fraction=0.25), engine=EngineConfig(),
+                run_dir=tmp_path, tensorboard=False)
+    history = t.train()
+    t.close()
+    return history, read_jsonl(tmp_path / "metrics.jsonl")
+
+
+def test_nan_from_the_world_model_is_an_unknown_grade_counted_in_metrics(tmp_path):
+    history, rows = _run(tmp_path, wm_cls=NaNWorldModel)
+    assert len(rows) == 6
+    assert all(r["unknown_wm"] > 0 for r in rows)
+    # WM-group unknowns are excluded from the loss; anchors with a NaN WM grade still train on the real one
+    assert all(0 < r["excluded"] < r["unknown_wm"] for r in rows)
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    with RunStore(tmp_path / "store.sqlite") as store:
+        pairs = store.anchor_pairs()
+    assert pairs and all(math.isfinite(p.wm_mean) for p in pairs)  # NaN never became a pair
+
+
+def test_a_raising_world_model_does_not_stop_the_run(tmp_path):
+    history, rows = _run(tmp_path, wm_cls=RaisingWorldModel)
+    assert [r["step"] for r in rows] == list(range(1, 7))
+    assert max(r["unknown_wm"] for r in rows) == 64  # a whole step's WM grades lost, anchors included
+    assert min(r["unknown_wm"] for r in rows) == 0  # and the steps in between were fine
+    assert np.isfinite(history[-1]["eval_test_id"])
+
+
+def test_real_infrastructure_failures_and_bad_rewards_are_unknown_never_zero(tmp_path):
+    history, rows = _run(tmp_path, env_cls=FlakyEnv, mode="real", steps=3)
+    assert all(r["unknown_real"] > 0 for r in rows)
+    with RunStore(tmp_path / "store.sqlite") as store:
+        recs = store.get_executions([f"s1g{g}m{m}" for g in range(8) for m in range(8)])
+    assert len(recs) == 64  # every execution stored, failures included
+    infra = [r for r in recs.values() if r.status == "infra"]
+    assert infra and all(r.reward is None for r in infra)
+    assert all(r.reward is None or 0.0 <= r.reward <= 1.0 for r in recs.values())

@@ -1,0 +1,1 @@
+"""Domain-agnostic world models (LLM outcome predictors, learned regressors, latent dynamics)."""
