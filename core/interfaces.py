@@ -107,9 +107,17 @@ class WorldModel(ABC):
             for m, v, ok in zip(means, variances, known)
         ]
 
-    def fit(self, pairs: Sequence[Any]) -> None:
-        """Learn from new anchor pairs (`wmrl.core.store.AnchorPair`), called once per step
-        after they are stored; world models that learn online override this."""
+    def fit(self, anchors: Sequence[Trajectory]) -> None:
+        """Learn from the step's real-graded anchor trajectories (each carries `.real` and,
+        when the WM graded it, `.wm`); called once per step after the pairs are stored.
+        World models that learn online override this; the default learns nothing."""
+
+    def state_dict(self) -> dict:
+        """What a checkpoint must hold for an exact resume (a learning WM's data/weights)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned."""
 
 
 class RewardEstimator(ABC):

@@ -108,6 +108,7 @@ class Trainer:
             "generator": self.generator.get_state(),
             "torch_rng": torch.get_rng_state(),
             "estimator": self.estimator.state_dict(),
+            "world_model": self.world_model.state_dict() if self.world_model is not None else {},
             "history": self.history,
             "real_wall": self.real_wall,
             "wall": self.wall,
@@ -124,6 +125,8 @@ class Trainer:
         self.generator.set_state(state["generator"])
         torch.set_rng_state(state["torch_rng"])
         self.estimator.load_state_dict(state["estimator"])
+        if self.world_model is not None:
+            self.world_model.load_state_dict(state["world_model"])
         self.history = list(state["history"])
         self.real_wall, self.wall = float(state["real_wall"]), float(state["wall"])
         log.info("resumed %s at step %d", self.dir, self.step)
@@ -247,7 +250,7 @@ class Trainer:
         }
 
     def _store_pairs(self, step: int, anchor_groups: list[Group]) -> None:
-        """Persist the step's anchor pairs, then let a learning world model see them."""
+        """Persist the step's anchor pairs, then let a learning world model see the graded anchors."""
         pairs = [
             AnchorPair(self.run_id, step, g.id, m, g.task.id, t.wm.mean, t.wm.var, t.real.reward)
             for g in anchor_groups
@@ -255,9 +258,10 @@ class Trainer:
             if t.wm is not None and t.wm.known and t.real is not None and t.real.known
         ]
         self.store.add_anchor_pairs(pairs)
-        if self.world_model is not None and pairs:
+        graded = [t for g in anchor_groups for t in g.trajectories if t.real is not None and t.real.known]
+        if self.world_model is not None and graded:
             try:
-                self.world_model.fit(pairs)
+                self.world_model.fit(graded)
             except Exception as exc:  # a WM that fails to learn must not stop training
                 log.warning("world model fit failed: %r", exc)
 

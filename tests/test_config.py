@@ -267,3 +267,25 @@ def test_to_yaml_round_trip(tmp_path, source, overrides):
     assert type(back.domain) is type(cfg.domain)
     assert dataclasses.asdict(back) == dataclasses.asdict(cfg)
     assert to_yaml(back) == to_yaml(cfg)
+
+
+def test_imports_key_registers_a_user_domain(tmp_path, monkeypatch):
+    (tmp_path / "my_wmrl_domain.py").write_text(
+        "from dataclasses import dataclass\n"
+        "import wmrl\n"
+        "from wmrl.domains.synthetic.program import ProgramConfig, ProgramDomain\n"
+        "@dataclass\n"
+        "class MyConfig(ProgramConfig):\n"
+        "    name: str = 'my-domain'\n"
+        "    extra: int = 3\n"
+        "@wmrl.register_domain('my-domain')\n"
+        "class MyDomain(ProgramDomain):\n"
+        "    config_class = MyConfig\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_config({"imports": ["my_wmrl_domain"], "domain": {"name": "my-domain", "extra": 5}})
+    assert cfg.domain.extra == 5
+    with pytest.raises(ConfigError, match="could not import 'no_such_module_xyz'"):
+        load_config({"imports": ["no_such_module_xyz"]})
+    with pytest.raises(ConfigError, match="list of module names"):
+        load_config({"imports": "my_wmrl_domain"})
