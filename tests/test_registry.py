@@ -29,4 +29,5 @@ def test_unknown_name_lists_registered_and_conflicts_are_errors():
         A.__qualname__ = "test_unknown_name_lists_registered_and_conflicts_are_errors.<locals>.A"
         return reg.register("a")(A)
 
-    assert reg.get("a") is redefine()
+    new = redefine()
+    assert reg.get("a") is new and new is not A
