@@ -17,7 +17,7 @@ export HF_HUB_OFFLINE  ?= 1
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH)" -e ".[dev]"
+	$(PY) -m pip install --quiet "$(TORCH)" -e ".[dev,autoresearch]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -26,7 +26,7 @@ from wmrl.core.engine import EngineConfig
 from wmrl.core.estimators import EstimatorConfig
 from wmrl.core.registry import DOMAINS, ESTIMATORS
 from wmrl.core.trainer import TrainerConfig
-from wmrl.registry import load_builtin_domains
+from wmrl.registry import UNAVAILABLE, load_builtin_domains
 
 DEFAULT_DOMAIN = "synthetic-program"
 
@@ -127,6 +127,8 @@ def load_config(source: str | Path | dict | RunConfig | DictConfig | None = None
     domain_name = OmegaConf.select(raw, "domain.name", default=None) or DEFAULT_DOMAIN
     if not isinstance(domain_name, str):
         raise ConfigError(f"domain.name: must be a domain name (string), got {domain_name!r}; registered: {', '.join(DOMAINS.names())}")
+    if domain_name in UNAVAILABLE:
+        raise ConfigError(f"domain.name: {UNAVAILABLE[domain_name]}")
     if domain_name not in DOMAINS:
         raise ConfigError(f"domain.name: unknown domain {domain_name!r}; registered: {', '.join(DOMAINS.names())}")
     domain_schema = DOMAINS.get(domain_name).config_class

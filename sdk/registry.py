@@ -13,11 +13,20 @@ from wmrl.core.registry import DOMAINS, ESTIMATORS, WORLD_MODELS
 
 #: modules whose import registers a built-in domain
 BUILTIN_DOMAINS = ("wmrl.domains.synthetic.program", "wmrl.domains.synthetic.control")
+#: domains whose dependencies are an extra: name -> (module, extra)
+OPTIONAL_DOMAINS = {"autoresearch": ("wmrl.domains.autoresearch.domain", "autoresearch")}
+#: optional domains that could not be imported: name -> what to do
+UNAVAILABLE: dict[str, str] = {}
 
 
 def load_builtin_domains() -> None:
     for mod in BUILTIN_DOMAINS:
         importlib.import_module(mod)
+    for name, (mod, extra) in OPTIONAL_DOMAINS.items():
+        try:
+            importlib.import_module(mod)
+        except ImportError as exc:
+            UNAVAILABLE[name] = f"domain {name!r} needs `pip install wmrl[{extra}]` ({exc})"
 
 
 def register_domain(name: str):

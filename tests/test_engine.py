@@ -5,12 +5,11 @@ from __future__ import annotations
 import copy
 import pathlib
 
+import deepspeed
 import pytest
 import torch
 
-deepspeed = pytest.importorskip("deepspeed")
-
-from wmrl.core.engine import Engine, EngineConfig, ensure_distributed  # noqa: E402
+from wmrl.core.engine import Engine, EngineConfig, ensure_distributed
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),

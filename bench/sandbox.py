@@ -1,0 +1,188 @@
+"""`wmrl bench sandbox`: what one sandboxed execution costs, zygote vs cold start, and pool throughput.
+
+Real execution is the expensive part of RL on AutoResearch, so the sandbox's
+own overhead is measured end to end, as the trainer pays it (`Sandbox.run`
+from call to return, isolation included):
+
+* per-execution latency of the zygote path (fork of a process that has
+  numpy/pandas/scikit-learn imported) and of the cold path (a fresh
+  interpreter per execution, same isolation), on (a) `print(1)` and (b) a real
+  scikit-learn fit (StandardScaler + LogisticRegression on load_digits).
+  `repeats` rounds x `n` executions each, both paths interleaved within each
+  round so machine drift hits both alike; the figure is the median over rounds
+  of each round's median, and the spread is max - min over rounds;
+* pool throughput (executions/s of a short scikit-learn script) for
+  slots = 1, 2, ..., os.cpu_count() through the zygote.
+
+Overrides: `repeats=N` (3), `n=N` (10), `pool_jobs=N` (jobs per slot, 20),
+`slots=1,2,4` (default 1..cpu_count), `out=PATH` (bench/out/sandbox.json).
+The default run takes about 1.5 minutes on 2 cores. Needs root (see the
+sandbox module); a run that is not "ok" aborts the benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from wmrl.domains.autoresearch.sandbox import Sandbox, SandboxLimits, SandboxPool
+
+TRIVIAL = "print(1)\n"
+
+SKLEARN_FIT = """\
+from sklearn.datasets import load_digits
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+X, y = load_digits(return_X_y=True)
+model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300)).fit(X[:1200], y[:1200])
+with open("predictions.csv", "w") as fh:
+    fh.write("\\n".join(map(str, model.predict(X[1200:]))))
+print(round(model.score(X[1200:], y[1200:]), 4))
+"""
+
+SKLEARN_SHORT = """\
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+X, y = make_classification(n_samples=500, n_features=20, random_state=0)
+print(round(LogisticRegression().fit(X, y).score(X, y), 4))
+"""
+
+LIMITS = SandboxLimits(timeout_s=60.0, cpu_s=120)
+
+
+def _median(xs):
+    return float(statistics.median(xs))
+
+
+def _timed(sb: Sandbox, code: str, wd: Path) -> tuple[float, float]:
+    t0 = time.perf_counter()
+    r = sb.run(code, wd)
+    e2e = time.perf_counter() - t0
+    if r.status != "ok":
+        raise RuntimeError(f"benchmark execution failed: {r.status} {r.detail}\n{r.stderr[-2000:]}")
+    return e2e, r.wall_s
+
+
+def _latency(work: Path, repeats: int, n: int) -> dict:
+    paths = {"zygote": Sandbox(LIMITS), "cold": Sandbox(LIMITS, use_zygote=False)}
+    scripts = {"trivial": TRIVIAL, "sklearn_fit": SKLEARN_FIT}
+    out: dict = {}
+    try:
+        wd = work / "latency"
+        wd.mkdir()
+        t0 = time.perf_counter()
+        _timed(paths["zygote"], TRIVIAL, wd)  # zygote start-up, reported separately
+        zygote_start = time.perf_counter() - t0
+        for sb in paths.values():  # warm the page cache and imports on both paths
+            _timed(sb, SKLEARN_FIT, wd)
+        rounds = {s: {p: [] for p in paths} for s in scripts}
+        program = {s: {p: [] for p in paths} for s in scripts}
+        for _ in range(repeats):
+            for sname, code in scripts.items():
+                for pname, sb in paths.items():  # interleaved within the round
+                    e2e, wall = zip(*(_timed(sb, code, wd) for _ in range(n)))
+                    rounds[sname][pname].append(_median(e2e))
+                    program[sname][pname].append(_median(wall))
+        for sname in scripts:
+            entry: dict = {}
+            for pname in paths:
+                meds = rounds[sname][pname]
+                entry[pname] = {
+                    "median_s": _median(meds),
+                    "spread_s": max(meds) - min(meds),
+                    "round_medians_s": meds,
+                    "program_wall_median_s": _median(program[sname][pname]),
+                }
+            entry["cold_over_zygote"] = entry["cold"]["median_s"] / entry["zygote"]["median_s"]
+            entry["saved_per_execution_s"] = entry["cold"]["median_s"] - entry["zygote"]["median_s"]
+            out[sname] = entry
+        out["zygote_startup_s"] = zygote_start
+    finally:
+        for sb in paths.values():
+            sb.close()
+    return out
+
+
+def _throughput(work: Path, slot_list: list[int], jobs_per_slot: int) -> list[dict]:
+    rows = []
+    for slots in slot_list:
+        with SandboxPool(slots=slots, limits=LIMITS) as pool:
+            dirs = []
+            for i in range(slots * jobs_per_slot):
+                d = work / f"pool{slots}-{i}"
+                d.mkdir()
+                dirs.append(d)
+            pool.run_many([(SKLEARN_SHORT, d) for d in dirs[:slots]])  # zygote start-up and warm-up
+            t0 = time.perf_counter()
+            results = pool.run_many([(SKLEARN_SHORT, d) for d in dirs])
+            elapsed = time.perf_counter() - t0
+        bad = [r for r in results if r.status != "ok"]
+        if bad:
+            raise RuntimeError(f"pool execution failed: {bad[0].status} {bad[0].detail}")
+        rows.append({"slots": slots, "executions": len(dirs), "elapsed_s": elapsed,
+                     "executions_per_s": len(dirs) / elapsed,
+                     "program_wall_median_s": _median([r.wall_s for r in results])})
+    base = rows[0]["executions_per_s"] / rows[0]["slots"] if rows else 1.0
+    for row in rows:
+        row["speedup_vs_1_slot_rate"] = row["executions_per_s"] / base
+    return rows
+
+
+def run(overrides: list[str]) -> Path:
+    opts = dict(o.split("=", 1) for o in overrides)
+    unknown = set(opts) - {"repeats", "n", "pool_jobs", "slots", "out"}
+    if unknown:
+        raise KeyError(f"unknown sandbox benchmark overrides: {sorted(unknown)}")
+    repeats, n = int(opts.get("repeats", 3)), int(opts.get("n", 10))
+    cpus = os.cpu_count() or 1
+    slot_list = [int(s) for s in opts["slots"].split(",")] if "slots" in opts else list(range(1, cpus + 1))
+    out = Path(opts.get("out", "bench/out/sandbox.json"))
+    work = Path(tempfile.mkdtemp(prefix="wmrl-bench-sandbox-"))
+    started = time.time()
+    load_before = os.getloadavg()
+    try:
+        latency = _latency(work, repeats, n)
+        throughput = _throughput(work, slot_list, int(opts.get("pool_jobs", 20)))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    import numpy
+    import sklearn
+
+    result = {
+        "benchmark": "sandbox",
+        "what": "end-to-end Sandbox.run latency (isolation included), zygote fork vs cold interpreter; "
+                "pool throughput through one zygote",
+        "repeats": repeats,
+        "executions_per_repeat": n,
+        "latency": latency,
+        "pool_throughput": throughput,
+        "machine": {
+            "cpu_count": cpus, "platform": platform.platform(), "python": sys.version.split()[0],
+            "numpy": numpy.__version__, "sklearn": sklearn.__version__,
+            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        },
+        "duration_s": time.time() - started,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    path = run(sys.argv[1:])
+    res = json.loads(path.read_text())
+    for name in ("trivial", "sklearn_fit"):
+        e = res["latency"][name]
+        print(f"{name}: zygote {e['zygote']['median_s'] * 1000:.0f} ms, cold {e['cold']['median_s'] * 1000:.0f} ms, "
+              f"cold/zygote {e['cold_over_zygote']:.1f}x")
+    for row in res["pool_throughput"]:
+        print(f"slots {row['slots']}: {row['executions_per_s']:.1f} executions/s")
+    print(path)

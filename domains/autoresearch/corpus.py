@@ -1,0 +1,508 @@
+"""The SFT corpus of the embedded default agent: task prompts and scikit-learn solution scripts.
+
+`generate_script(spec, rng)` writes one short, valid solution script for a task
+described by a :class:`TaskSpec`. The scripts vary along the axes a real agent's
+would (how the target is found, preprocessing, estimator family and its
+hyperparameters, an optional hold-out or cross-validation printout, NaN
+filling) and are drawn so that most of them are *mediocre* -- shallow trees,
+tiny forests, strong regularisation, k too large, too few boosting rounds --
+and a minority good: the agent that is fine-tuned on them starts where RL has
+room to improve.
+
+The data contract every script follows: the working directory holds
+`train.csv` (feature columns + target column(s)) and `test_features.csv` (the
+same feature columns); the script writes `submission.csv` with the rows in the
+order of test_features.csv:
+
+* single target, label metrics (accuracy, macro_f1) and regression metrics
+  (r2, rmse): one column `prediction`;
+* single target, probability metrics (roc_auc, log_loss): the columns
+  `spec.proba_columns`, `predict_proba` in sorted class order;
+* multioutput: one column per target, named as the target (probability
+  metrics are not supported for multioutput: labels are written instead).
+
+Features are assumed numeric (NaNs allowed; some scripts fill them, most
+estimators other than HistGradientBoosting then fail, which is a real outcome).
+
+The chat format (plain-text role markers, shared with `policy.py`):
+
+    <|system|>\\n{system}\\n<|user|>\\n{description}\\n<|assistant|>\\n
+
+and the agent's reply is a fenced ```python block; the turn ends with the
+end-of-turn token `<|end|>` (the default agent's EOS).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+#: bump when the scripts or the prompt format change: it keys the agent cache
+CORPUS_VERSION = "ar-corpus-v1"
+
+SYSTEM_MARK, USER_MARK, ASSISTANT_MARK, END_MARK = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
+SYSTEM_PROMPT = (
+    "You are an ML research agent. Reply with one complete Python script in a ```python block. "
+    "It runs in a folder with train.csv and test_features.csv and must write submission.csv."
+)
+FEEDBACK_INSTRUCTION = "Improve the script. Reply with the full script in a ```python block."
+
+KINDS = ("classification", "regression", "multioutput")
+METRICS = ("accuracy", "macro_f1", "roc_auc", "log_loss", "r2", "rmse")
+_REGRESSION_METRICS = ("r2", "rmse")
+_PROBA_METRICS = ("roc_auc", "log_loss")
+#: binary ROC AUC: the positive class's probability goes in the `prediction` column
+POSITIVE_PROBA = ("prediction",)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """What a solution script needs to know about a task (the integrator maps real tasks to it)."""
+
+    kind: str  # "classification" | "regression" | "multioutput"
+    targets: tuple[str, ...]  # target column name(s) in train.csv
+    metric: str  # accuracy | macro_f1 | roc_auc | log_loss | r2 | rmse
+    proba_columns: tuple[str, ...] = ()  # roc_auc/log_loss: predict_proba columns in class order
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"TaskSpec.kind must be one of {KINDS}, got {self.kind!r}")
+        if self.metric not in METRICS:
+            raise ValueError(f"TaskSpec.metric must be one of {METRICS}, got {self.metric!r}")
+        if not self.targets or not all(isinstance(t, str) and t for t in self.targets):
+            raise ValueError("TaskSpec.targets must be a non-empty tuple of column names")
+        if self.kind != "multioutput" and len(self.targets) != 1:
+            raise ValueError(f"a {self.kind} task has exactly one target, got {self.targets!r}")
+        if self.kind == "regression" and self.metric not in _REGRESSION_METRICS:
+            raise ValueError(f"a regression task needs r2 or rmse, got {self.metric!r}")
+        if self.kind == "classification" and self.metric in _REGRESSION_METRICS:
+            raise ValueError(f"a classification task cannot use {self.metric!r}")
+        if (self.kind == "classification" and self.metric in _PROBA_METRICS and len(self.proba_columns) < 2
+                and self.proba_columns != POSITIVE_PROBA):
+            raise ValueError(f"metric {self.metric!r} needs proba_columns (one per class, or {POSITIVE_PROBA} "
+                             "for the positive class's probability)")
+
+    @property
+    def regression(self) -> bool:
+        return self.kind == "regression" or (self.kind == "multioutput" and self.metric in _REGRESSION_METRICS)
+
+    @property
+    def multi(self) -> bool:
+        return self.kind == "multioutput"
+
+    @property
+    def proba(self) -> bool:
+        return self.kind == "classification" and self.metric in _PROBA_METRICS
+
+
+# ----------------------------------------------------------------------------- prompt / reply format
+
+
+def format_prompt(description: str) -> str:
+    """The first observation of an episode: system text, the task description, the assistant cue.
+
+    Idempotent: an already formatted prompt is returned unchanged.
+    """
+    if description.startswith(SYSTEM_MARK):
+        return description
+    return f"{SYSTEM_MARK}\n{SYSTEM_PROMPT}\n{USER_MARK}\n{description.strip()}\n{ASSISTANT_MARK}\n"
+
+
+def format_reply(script: str) -> str:
+    """The agent's reply for a script (without the end-of-turn token)."""
+    return f"```python\n{script.rstrip()}\n```"
+
+
+def next_observation(previous_observation: str, reply: str, feedback: str) -> str:
+    """The conversation after one more turn: the reply, its end of turn, the sandbox report, the cue."""
+    return (
+        f"{previous_observation}{reply}{END_MARK}\n{USER_MARK}\nSandbox feedback:\n{feedback.strip()}\n"
+        f"{FEEDBACK_INSTRUCTION}\n{ASSISTANT_MARK}\n"
+    )
+
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n")
+_PY_LANGS = ("python", "py", "python3")
+
+
+def extract_code(reply: str) -> str | None:
+    """The first fenced python block of a reply; None if the reply has no fenced block.
+
+    A block labelled python/py/python3 wins; failing that, the first unlabelled
+    block. A block whose closing fence is missing (a reply truncated at
+    max_new_tokens) runs to the end of the reply.
+    """
+    if not isinstance(reply, str):
+        return None
+    unlabelled = None
+    pos = 0
+    while True:
+        m = _FENCE.search(reply, pos)
+        if m is None:
+            break
+        end = reply.find("```", m.end())
+        body = reply[m.end():] if end < 0 else reply[m.end():end]
+        lang = m.group(1).lower()
+        if lang in _PY_LANGS:
+            return body
+        if lang == "" and unlabelled is None:
+            unlabelled = body
+        if end < 0:
+            break
+        pos = end + 3
+    return unlabelled
+
+
+# ----------------------------------------------------------------------------- estimator families
+
+
+def _pick(rng: np.random.Generator, options: Sequence[Any]) -> Any:
+    return options[int(rng.integers(len(options)))]
+
+
+@dataclass
+class _Est:
+    family: str
+    imports: list[str]
+    code: str  # constructor expression
+    scale_sensitive: bool = False  # kNN/SVM/linear/MLP: unscaled features hurt
+    subsample: bool = False  # O(n^2) fits: train on at most 3000 rows
+    multi_native: bool = True  # supports a 2-d y without a MultiOutput wrapper
+    pre: list[str] = dataclasses.field(default_factory=list)  # lines the constructor needs first
+
+
+def _fmt(x: float) -> str:
+    return repr(x) if not isinstance(x, float) else f"{x:g}"
+
+
+def _linear(spec: TaskSpec, rng, good: bool) -> _Est:
+    if spec.regression:
+        which = _pick(rng, ["ols", "ridge", "ridge", "lasso", "enet"])
+        if which == "ols":
+            return _Est("linear", ["from sklearn.linear_model import LinearRegression"], "LinearRegression()", True)
+        if which == "ridge":
+            a = _pick(rng, [0.1, 1.0, 3.0]) if good else _pick(rng, [300.0, 1000.0, 5000.0])
+            return _Est("linear", ["from sklearn.linear_model import Ridge"], f"Ridge(alpha={_fmt(a)})", True)
+        a = _pick(rng, [0.001, 0.01]) if good else _pick(rng, [5.0, 20.0, 50.0])
+        if which == "lasso":
+            return _Est("linear", ["from sklearn.linear_model import Lasso"], f"Lasso(alpha={_fmt(a)})", True)
+        return _Est("linear", ["from sklearn.linear_model import ElasticNet"],
+                    f"ElasticNet(alpha={_fmt(a)}, l1_ratio={_pick(rng, [0.2, 0.5, 0.8])})", True)
+    if not spec.proba and rng.random() < 0.25:
+        a = _pick(rng, [0.1, 1.0]) if good else _pick(rng, [1000.0, 10000.0])
+        return _Est("linear", ["from sklearn.linear_model import RidgeClassifier"], f"RidgeClassifier(alpha={_fmt(a)})",
+                    True, multi_native=False)
+    c = _pick(rng, [0.3, 1.0, 3.0, 10.0]) if good else _pick(rng, [0.0003, 0.001, 0.003, 0.01])
+    it = _pick(rng, [200, 500, 1000]) if good else _pick(rng, [50, 100, 200])
+    return _Est("linear", ["from sklearn.linear_model import LogisticRegression"],
+                f"LogisticRegression(C={_fmt(c)}, max_iter={it})", True, multi_native=False)
+
+
+def _knn(spec: TaskSpec, rng, good: bool) -> _Est:
+    name = "KNeighborsRegressor" if spec.regression else "KNeighborsClassifier"
+    k = _pick(rng, [3, 5, 7, 11]) if good else _pick(rng, [30, 40, 50])
+    w = _pick(rng, ["uniform", "distance"]) if good else "uniform"
+    arg = f"n_neighbors={k}" + (', weights="distance"' if w == "distance" else "")
+    return _Est("knn", [f"from sklearn.neighbors import {name}"], f"{name}({arg})", True)
+
+
+def _tree(spec: TaskSpec, rng, good: bool) -> _Est:
+    name = "DecisionTreeRegressor" if spec.regression else "DecisionTreeClassifier"
+    if good:
+        arg = f"max_depth={_pick(rng, [6, 8, 10, None])}, min_samples_leaf={_pick(rng, [1, 3, 5])}"
+    else:
+        arg = f"max_depth={_pick(rng, [1, 2, 3])}"
+    return _Est("tree", [f"from sklearn.tree import {name}"], f"{name}({arg}, random_state=0)")
+
+
+def _forest(spec: TaskSpec, rng, good: bool) -> _Est:
+    kind = _pick(rng, ["RandomForest", "RandomForest", "ExtraTrees"])
+    name = kind + ("Regressor" if spec.regression else "Classifier")
+    if good:
+        arg = f"n_estimators={_pick(rng, [100, 200])}, max_depth={_pick(rng, [None, 12, 16])}, n_jobs=-1"
+    else:
+        arg = f"n_estimators={_pick(rng, [3, 5, 8])}, max_depth={_pick(rng, [2, 3, 4])}"
+    return _Est("forest", [f"from sklearn.ensemble import {name}"], f"{name}({arg}, random_state=0)")
+
+
+def _boosting(spec: TaskSpec, rng, good: bool) -> _Est:
+    if rng.random() < 0.35:
+        name = "GradientBoostingRegressor" if spec.regression else "GradientBoostingClassifier"
+        if good:
+            arg = f"n_estimators={_pick(rng, [80, 100])}, learning_rate=0.1, max_depth=3"
+        else:
+            arg = f"n_estimators={_pick(rng, [5, 10, 20])}, learning_rate={_pick(rng, [0.01, 0.03])}, max_depth=2"
+        return _Est("boosting", [f"from sklearn.ensemble import {name}"], f"{name}({arg}, random_state=0)",
+                    multi_native=False)
+    name = "HistGradientBoostingRegressor" if spec.regression else "HistGradientBoostingClassifier"
+    if good:
+        arg = f"max_iter={_pick(rng, [100, 200, 300])}, learning_rate={_pick(rng, [0.05, 0.1])}"
+    else:
+        arg = f"max_iter={_pick(rng, [5, 10, 20])}, learning_rate={_pick(rng, [0.01, 0.03])}, max_depth=2"
+    return _Est("hist_boosting", [f"from sklearn.ensemble import {name}"], f"{name}({arg}, random_state=0)",
+                multi_native=False)
+
+
+def _svm(spec: TaskSpec, rng, good: bool) -> _Est:
+    c = _pick(rng, [1.0, 3.0, 10.0]) if good else _pick(rng, [0.003, 0.01, 0.03])
+    kernel = "rbf" if good else _pick(rng, ["rbf", "linear", "sigmoid"])
+    if spec.regression:
+        return _Est("svm", ["from sklearn.svm import SVR"], f'SVR(C={_fmt(c)}, kernel="{kernel}")', True, True,
+                    multi_native=False)
+    if spec.proba and rng.random() < 0.3:
+        return _Est("svm", ["from sklearn.calibration import CalibratedClassifierCV", "from sklearn.svm import LinearSVC"],
+                    "CalibratedClassifierCV(base, cv=3)", True, True, multi_native=False,
+                    pre=[f"base = LinearSVC(C={_fmt(c)})"])
+    extra = ", probability=True" if spec.proba else ""
+    return _Est("svm", ["from sklearn.svm import SVC"], f'SVC(C={_fmt(c)}, kernel="{kernel}"{extra}, random_state=0)',
+                True, True, multi_native=False)
+
+
+def _bayes(spec: TaskSpec, rng, good: bool) -> _Est:
+    if spec.regression:  # no naive Bayes regressor: a Bayesian linear model stands in
+        return _Est("bayes", ["from sklearn.linear_model import BayesianRidge"], "BayesianRidge()", True,
+                    multi_native=False)
+    v = _pick(rng, [1e-9, 1e-8]) if good else _pick(rng, [0.1, 0.5, 1.0])
+    return _Est("bayes", ["from sklearn.naive_bayes import GaussianNB"], f"GaussianNB(var_smoothing={_fmt(v)})",
+                multi_native=False)
+
+
+def _mlp(spec: TaskSpec, rng, good: bool) -> _Est:
+    name = "MLPRegressor" if spec.regression else "MLPClassifier"
+    if good:
+        arg = f"hidden_layer_sizes=({_pick(rng, [64, 128])},), max_iter={_pick(rng, [200, 300])}, early_stopping=True"
+    else:
+        arg = f"hidden_layer_sizes=({_pick(rng, [2, 4, 8])},), max_iter={_pick(rng, [10, 20, 30])}"
+    return _Est("mlp", [f"from sklearn.neural_network import {name}"], f"{name}({arg}, random_state=0)", True,
+                multi_native=spec.regression)
+
+
+def _dummy(spec: TaskSpec, rng, good: bool) -> _Est:
+    if spec.regression:
+        return _Est("dummy", ["from sklearn.dummy import DummyRegressor"], 'DummyRegressor(strategy="mean")')
+    strat = _pick(rng, ["most_frequent", "prior"])
+    return _Est("dummy", ["from sklearn.dummy import DummyClassifier"], f'DummyClassifier(strategy="{strat}")')
+
+
+_FAMILIES: list[tuple[Callable[..., _Est], float]] = [
+    (_linear, 0.16), (_knn, 0.12), (_tree, 0.12), (_forest, 0.16), (_boosting, 0.17),
+    (_svm, 0.09), (_bayes, 0.07), (_mlp, 0.07), (_dummy, 0.04),
+]
+#: probability that a script's hyperparameters are drawn from the good range
+GOOD_FRACTION = 0.25
+
+
+# ----------------------------------------------------------------------------- script assembly
+
+
+def _holdout_metric(spec: TaskSpec, yv: str, model: str, xv: str, imports: set[str]) -> tuple[str, str]:
+    """(metric name, expression) for the hold-out printout."""
+    if spec.regression:
+        if spec.metric == "rmse":
+            imports.add("from sklearn.metrics import mean_squared_error")
+            return "rmse", f"np.sqrt(mean_squared_error({yv}, {model}.predict({xv})))"
+        imports.add("from sklearn.metrics import r2_score")
+        return "r2", f"r2_score({yv}, {model}.predict({xv}))"
+    if spec.multi:
+        return "accuracy", f"({model}.predict({xv}) == np.asarray({yv})).mean()"
+    if spec.metric == "macro_f1":
+        imports.add("from sklearn.metrics import f1_score")
+        return "macro F1", f'f1_score({yv}, {model}.predict({xv}), average="macro")'
+    if spec.metric == "log_loss":
+        imports.add("from sklearn.metrics import log_loss")
+        return "log loss", f"log_loss({yv}, {model}.predict_proba({xv}), labels={model}.classes_)"
+    if spec.metric == "roc_auc" and (len(spec.proba_columns) == 2 or spec.proba_columns == POSITIVE_PROBA):
+        imports.add("from sklearn.metrics import roc_auc_score")
+        return "ROC AUC", f"roc_auc_score({yv}, {model}.predict_proba({xv})[:, 1])"
+    imports.add("from sklearn.metrics import accuracy_score")
+    return "accuracy", f"accuracy_score({yv}, {model}.predict({xv}))"
+
+
+def _cv_scoring(spec: TaskSpec) -> str | None:
+    if spec.multi:
+        return None
+    return {
+        "accuracy": "accuracy", "macro_f1": "f1_macro", "log_loss": "neg_log_loss",
+        "roc_auc": "roc_auc" if len(spec.proba_columns) == 2 or spec.proba_columns == POSITIVE_PROBA else "roc_auc_ovr",
+        "r2": "r2", "rmse": "neg_root_mean_squared_error",
+    }[spec.metric]
+
+
+def _q(names: str | Sequence[str]) -> str:
+    """A double-quoted Python literal for a column name or a list of them."""
+    if isinstance(names, str):
+        return json.dumps(names)
+    return "[" + ", ".join(json.dumps(n) for n in names) + "]"
+
+
+def _is_p_i(cols: Sequence[str]) -> bool:
+    return list(cols) == [f"p_{i}" for i in range(len(cols))]
+
+
+def generate_script(spec: TaskSpec, rng: np.random.Generator) -> str:
+    """One valid, deterministic (given `rng`) scikit-learn solution script for `spec`."""
+    good = bool(rng.random() < GOOD_FRACTION)
+    fams, weights = zip(*_FAMILIES)
+    make = fams[int(rng.choice(len(fams), p=np.asarray(weights) / sum(weights)))]
+    est = make(spec, rng, good)
+    imports = {"import pandas as pd"}
+    imports.update(est.imports)
+    lines: list[str] = []
+
+    if rng.random() < 0.5:
+        lines.append(f"# {est.family.replace('_', ' ')} baseline" + (" (tuned)" if good else ""))
+    tr, te = _pick(rng, [("train", "test"), ("train_df", "test_df"), ("df", "test")])
+    lines += [f'{tr} = pd.read_csv("train.csv")', f'{te} = pd.read_csv("test_features.csv")']
+
+    # the target(s): named from the spec, or found as the columns the test file lacks
+    tgt = "TARGETS" if spec.multi else "TARGET"
+    if rng.random() < 0.5:
+        lines.append(f"{tgt} = {_q(list(spec.targets))}" if spec.multi else f"{tgt} = {_q(spec.targets[0])}")
+    else:
+        lines.append(f"{tgt} = [c for c in {tr}.columns if c not in {te}.columns]" + ("" if spec.multi else "[0]"))
+    if rng.random() < 0.5:
+        lines.append(f"FEATURES = list({te}.columns)")
+    else:
+        cond = f"c not in {tgt}" if spec.multi else f"c != {tgt}"
+        lines.append(f"FEATURES = [c for c in {tr}.columns if {cond}]")
+    lines += [f"X = {tr}[FEATURES]", f"y = {tr}[{tgt}]", f"X_test = {te}[FEATURES]"]
+    if rng.random() < 0.3:
+        lines += ["X = X.fillna(X.median())", "X_test = X_test.fillna(X.median())"]
+    if est.subsample:
+        lines += ["if len(X) > 3000:  # kernel methods are quadratic in the rows",
+                  "    keep = X.sample(n=3000, random_state=0).index", "    X, y = X.loc[keep], y.loc[keep]"]
+
+    # preprocessing: none / scaler / PCA / SelectKBest, in a pipeline or applied by hand
+    steps: list[str] = []
+    p_scale = 0.6 if (est.scale_sensitive and good) else 0.3
+    r = rng.random()
+    if r < p_scale:
+        scaler = _pick(rng, ["StandardScaler", "StandardScaler", "MinMaxScaler"])
+        imports.add(f"from sklearn.preprocessing import {scaler}")
+        if rng.random() < 0.3:
+            lines += [f"scaler = {scaler}()", "X = scaler.fit_transform(X)", "X_test = scaler.transform(X_test)"]
+        else:
+            steps.append(f"{scaler}()")
+    elif r < p_scale + 0.15:
+        imports.add("from sklearn.decomposition import PCA")
+        imports.add("from sklearn.preprocessing import StandardScaler")
+        frac = _pick(rng, [0.9, 0.95, 0.99]) if good else _pick(rng, [0.3, 0.5, 0.7])
+        steps += ["StandardScaler()", f"PCA(n_components={frac})"]
+    elif r < p_scale + 0.3 and not spec.multi:
+        score = "f_regression" if spec.regression else "f_classif"
+        imports.add(f"from sklearn.feature_selection import SelectKBest, {score}")
+        k = _pick(rng, [10, 20]) if good else _pick(rng, [1, 2, 3])
+        steps.append(f"SelectKBest({score}, k=min({k}, X.shape[1]))")
+
+    # one constructor per line (no deep nesting: each line closes what it opens)
+    lines += est.pre
+    lines.append(f"estimator = {est.code}")
+    if spec.multi and not est.multi_native:
+        wrapper = "MultiOutputRegressor" if spec.regression else "MultiOutputClassifier"
+        imports.add(f"from sklearn.multioutput import {wrapper}")
+        lines.append(f"estimator = {wrapper}(estimator)")
+    if steps:
+        imports.add("from sklearn.pipeline import make_pipeline")
+        lines.append(f"model = make_pipeline({', '.join(steps)}, estimator)")
+    else:
+        lines.append("model = estimator")
+
+    # validation: none / hold-out / cross-validation
+    r = rng.random()
+    refit = True
+    if r < 0.4:
+        imports.add("from sklearn.model_selection import train_test_split")
+        name, expr = _holdout_metric(spec, "y_va", "model", "X_va", imports)
+        frac = _pick(rng, [0.2, 0.25])
+        lines += [f"X_tr, X_va, y_tr, y_va = train_test_split(X, y, test_size={frac}, random_state=0)",
+                  "model.fit(X_tr, y_tr)", f'print("holdout {name}:", {expr})']
+        refit = rng.random() < 0.8  # the rest submit the model fitted on less data
+    elif r < 0.55 and _cv_scoring(spec) is not None:
+        imports.add("from sklearn.model_selection import cross_val_score")
+        lines += [f'scores = cross_val_score(model, X, y, cv=3, scoring="{_cv_scoring(spec)}")',
+                  'print("cv score: %.4f +/- %.4f" % (scores.mean(), scores.std()))']
+    if refit:
+        lines.append("model.fit(X, y)")
+
+    # the submission
+    if spec.proba and spec.proba_columns == POSITIVE_PROBA:
+        lines.append("pred = model.predict_proba(X_test)[:, 1]")
+        frame = 'pd.DataFrame({"prediction": pred})'
+    elif spec.proba:
+        lines.append("proba = model.predict_proba(X_test)")
+        if _is_p_i(spec.proba_columns) and rng.random() < 0.5:
+            cols = '[f"p_{i}" for i in range(proba.shape[1])]'
+        else:
+            cols = _q(list(spec.proba_columns))
+        frame = f"pd.DataFrame(proba, columns={cols})"
+    elif spec.multi:
+        lines.append("pred = model.predict(X_test)")
+        frame = f"pd.DataFrame(pred, columns={tgt})"
+    else:
+        lines.append("pred = model.predict(X_test)")
+        frame = 'pd.DataFrame({"prediction": pred})'
+    if rng.random() < 0.5:
+        lines += [f"submission = {frame}", 'submission.to_csv("submission.csv", index=False)']
+        if rng.random() < 0.4:
+            lines.append('print("wrote submission.csv", submission.shape)')
+    else:
+        lines.append(f'{frame}.to_csv("submission.csv", index=False)')
+
+    if any("np." in line for line in lines):
+        imports.add("import numpy as np")
+    head = sorted(i for i in imports if i.startswith("import ")) + sorted(i for i in imports if i.startswith("from "))
+    return "\n".join(head + [""] + lines) + "\n"
+
+
+def script_family(script: str) -> str | None:
+    """The estimator family a generated script uses (from its imports), for diagnostics."""
+    probes = [("DummyRegressor", "dummy"), ("DummyClassifier", "dummy"), ("HistGradientBoosting", "hist_boosting"),
+              ("GradientBoosting", "boosting"), ("LinearSVC", "svm"), ("RandomForest", "forest"), ("ExtraTrees", "forest"),
+              ("DecisionTree", "tree"), ("KNeighbors", "knn"), ("SVC", "svm"), ("SVR", "svm"),
+              ("GaussianNB", "bayes"), ("BayesianRidge", "bayes"), ("MLP", "mlp"), ("Logistic", "linear"),
+              ("Ridge", "linear"), ("Lasso", "linear"), ("ElasticNet", "linear"), ("LinearRegression", "linear")]
+    for probe, fam in probes:
+        if f"import {probe}" in script or f", {probe}" in script or re.search(rf"\b{probe}\w*\(", script):
+            return fam
+    return None
+
+
+def _feedback(spec: TaskSpec, rng: np.random.Generator) -> str:
+    """A plausible sandbox report for a first-turn script (the shape `AutoResearchEnv` writes)."""
+    r = rng.random()
+    if r < 0.7:
+        return f"status: ok\nscore: {rng.uniform(0.05, 0.95):.4f}"
+    if r < 0.85:
+        col = spec.targets[0]
+        return f"status: error\nstderr (tail):\nKeyError: {col!r}"
+    return "status: timeout\nthe program failed (timeout)"
+
+
+def generate_corpus(specs_and_prompts: Sequence[tuple[TaskSpec, str]], n: int, seed: int = 0, *,
+                    multi_turn: float = 0.15) -> list[tuple[str, str]]:
+    """`n` (prompt, script) pairs, cycling over the tasks. Deterministic given `seed`.
+
+    The prompt is the observation the agent answers: `format_prompt(description)`,
+    or for a `multi_turn` fraction a second-turn observation (`next_observation`
+    after a first script and a synthetic sandbox report), so the agent also knows
+    the multi-turn format. The SFT target for a pair is `format_reply(script)`
+    followed by the end-of-turn token.
+    """
+    pairs = list(specs_and_prompts)
+    if not pairs:
+        raise ValueError("generate_corpus needs at least one (TaskSpec, description) pair")
+    out = []
+    for i in range(n):
+        spec, description = pairs[i % len(pairs)]
+        rng = np.random.default_rng([seed, i])
+        prompt = format_prompt(description)
+        if rng.random() < multi_turn:
+            first = format_reply(generate_script(spec, rng))
+            prompt = next_observation(prompt, first, _feedback(spec, rng))
+        out.append((prompt, generate_script(spec, rng)))
+    return out

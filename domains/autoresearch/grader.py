@@ -1,0 +1,405 @@
+"""Grade an AutoResearch attempt: read `submission.csv`, score it on the hidden labels.
+
+`grade(task, workdir)` never raises on what the agent wrote: a missing,
+unreadable or malformed submission is `Grade(status="invalid", reward=0.0)`
+with a message that says what to fix (it becomes the agent's next
+observation). Only a bug of ours (or missing hidden data) raises.
+
+The grader runs outside the sandbox: it is the only reader of `hidden_labels`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from wmrl.domains.autoresearch.tasks import (
+    SUBMISSION_FILE, ARTask, hidden_labels, label_key, test_frame, train_frame,
+)
+
+#: a submission larger than this is not read
+MAX_SUBMISSION_BYTES = 256 * 1024 * 1024
+_NAN_WORDS = {"nan", "-nan", "+nan", "na", "n/a", "null", "none"}
+
+
+@dataclass(frozen=True)
+class Grade:
+    #: "ok" or "invalid"
+    status: str
+    #: the metric's value, None when invalid
+    score: float | None
+    #: normalised reward in [0, 1]; the task's failure reward when invalid
+    reward: float
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class _Invalid(Exception):
+    """An agent mistake: becomes an invalid grade with this message."""
+
+
+def _invalid(task: ARTask, message: str) -> Grade:
+    return Grade("invalid", None, float(task.failure_reward), f"invalid submission: {message}")
+
+
+def grade(task: ARTask, workdir: str | os.PathLike, filename: str = SUBMISSION_FILE) -> Grade:
+    """Score `workdir/submission.csv` for `task`."""
+    import pandas as pd
+
+    path = Path(workdir) / filename
+    try:
+        if not path.exists():
+            raise _Invalid(f"no {filename} in the working directory. Write your predictions to {filename} "
+                           f"(a header line, then {task.n_test} rows, columns {_cols(task.submission_columns)}).")
+        if path.is_symlink():
+            raise _Invalid(f"{filename} is a symbolic link; write your predictions to a regular file.")
+        if not path.is_file():
+            raise _Invalid(f"{filename} is not a regular file.")
+        size = path.stat().st_size
+        if size == 0:
+            raise _Invalid(f"{filename} is empty. Expected a header line with {_cols(task.submission_columns)} "
+                           f"and {task.n_test} rows.")
+        if size > MAX_SUBMISSION_BYTES:
+            raise _Invalid(f"{filename} is {size / 2**20:.0f} MiB, too large to be a submission of "
+                           f"{task.n_test} rows.")
+        try:
+            df = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8")
+        except UnicodeDecodeError:
+            raise _Invalid(f"{filename} is not UTF-8 text; write it as a plain comma-separated file.") from None
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+            raise _Invalid(f"{filename} could not be parsed as CSV ({_short(exc)}). Write a plain comma-separated "
+                           f"file with a header line.") from None
+        except OSError as exc:
+            raise _Invalid(f"{filename} could not be read ({_short(exc)}).") from None
+        return _evaluate(task, df)
+    except _Invalid as exc:
+        return _invalid(task, str(exc))
+
+
+def grade_frame(task: ARTask, df) -> Grade:
+    """Grade an in-memory submission DataFrame exactly as its CSV would be graded."""
+    with tempfile.TemporaryDirectory(prefix="wmrl-grade-") as tmp:
+        write_submission(df, tmp)
+        return grade(task, tmp)
+
+
+def write_submission(df, workdir: str | os.PathLike, filename: str = SUBMISSION_FILE) -> Path:
+    path = Path(workdir) / filename
+    df.to_csv(path, index=False)
+    return path
+
+
+# --- validation --------------------------------------------------------------
+
+
+def _cols(cols: Sequence[str]) -> str:
+    if len(cols) > 8:
+        return "[" + ", ".join(repr(c) for c in cols[:6]) + f", ... ({len(cols)} in all)]"
+    return "[" + ", ".join(repr(c) for c in cols) + "]"
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _examples(rows: np.ndarray, values: Sequence[str], limit: int = 3) -> str:
+    shown = [f"row {int(i) + 1}: {values[int(i)]!r}" for i in rows[:limit]]
+    more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
+    return ", ".join(shown) + more
+
+
+def _check_columns(task: ARTask, df) -> None:
+    found = [str(c).strip() for c in df.columns]
+    df.columns = found
+    expected = list(task.submission_columns)
+    missing = [c for c in expected if c not in found]
+    extra = [c for c in found if c not in expected]
+    if not missing and not extra:
+        return
+    parts = [f"{SUBMISSION_FILE} must have exactly the column{'s' if len(expected) > 1 else ''} {_cols(expected)}"]
+    parts.append(f"found {_cols(found)}")
+    if missing:
+        parts.append(f"missing {_cols(missing)}")
+    if extra:
+        parts.append(f"unexpected {_cols(extra)}")
+    msg = "; ".join(parts) + "."
+    hints = []
+    if any(c.startswith("Unnamed") or c == "" for c in extra):
+        hints.append("An unnamed column usually means the DataFrame index was written: use "
+                     "df.to_csv(\"submission.csv\", index=False).")
+    if any(c == "id" or c.lower() == "index" for c in extra):
+        hints.append("Do not write an id or index column: rows are matched to test_features.csv by order.")
+    headerless = bool(found) and all(_is_number(re.sub(r"\.\d+$", "", c)) or _is_number(c) for c in found)
+    if headerless:
+        hints.append("The first line looks like data: the file needs a header line with the column names.")
+    elif any(re.search(r"\.\d+$", c) and c.rsplit(".", 1)[0] in found for c in extra):
+        hints.append("Column names must be unique.")
+    if len(found) == 1 and any(sep in found[0] for sep in (";", "\t", "|")):
+        hints.append("Separate the columns with commas.")
+    raise _Invalid(" ".join([msg] + hints))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _parse_numbers(df, column: str) -> np.ndarray:
+    values = [str(v).strip() for v in df[column].tolist()]
+    out = np.empty(len(values), dtype=float)
+    empty, nonnum, nan = [], [], []
+    for i, v in enumerate(values):
+        if v == "":
+            empty.append(i)
+            out[i] = np.nan
+            continue
+        if v.lower() in _NAN_WORDS:
+            nan.append(i)
+            out[i] = np.nan
+            continue
+        try:
+            out[i] = float(v)
+        except ValueError:
+            nonnum.append(i)
+            out[i] = np.nan
+    if nonnum:
+        raise _Invalid(f"column {column!r} has {len(nonnum)} non-numeric value{'s' if len(nonnum) > 1 else ''} "
+                       f"({_examples(np.array(nonnum), values)}); every value must be a number.")
+    if empty or nan:
+        bad = np.array(sorted(empty + nan))
+        raise _Invalid(f"column {column!r} has {len(bad)} missing or NaN value{'s' if len(bad) > 1 else ''} "
+                       f"({_examples(bad, values)}); predict a number for every row.")
+    inf = np.flatnonzero(~np.isfinite(out))
+    if len(inf):
+        raise _Invalid(f"column {column!r} has {len(inf)} infinite value{'s' if len(inf) > 1 else ''} "
+                       f"({_examples(inf, values)}); every value must be finite.")
+    return out
+
+
+def _parse(task: ARTask, df) -> Any:
+    """The submission in canonical form: label keys, a probability matrix, or a value matrix."""
+    _check_columns(task, df)
+    if len(df) != task.n_test:
+        raise _Invalid(f"{SUBMISSION_FILE} has {len(df)} data rows but test_features.csv has {task.n_test}; write "
+                       "exactly one prediction per test row, in the order of test_features.csv.")
+    kind = task.metric_info.kind
+    if kind == "label":
+        raw = [str(v).strip() for v in df["prediction"].tolist()]
+        keys = np.array([label_key(v) for v in raw], dtype=object)
+        allowed = {label_key(c) for c in task.classes or ()}
+        empty = np.flatnonzero([v == "" for v in raw])
+        if len(empty):
+            raise _Invalid(f"column 'prediction' has {len(empty)} missing (empty) value{'s' if len(empty) > 1 else ''} "
+                           f"({_examples(empty, raw)}); predict a class for every row.")
+        bad = np.flatnonzero([k not in allowed for k in keys])
+        if len(bad):
+            classes = ", ".join(str(c) for c in task.classes or ())
+            raise _Invalid(f"column 'prediction' has {len(bad)} value{'s' if len(bad) > 1 else ''} that "
+                           f"{'are' if len(bad) > 1 else 'is'} not a class ({_examples(bad, raw)}); the classes are "
+                           f"{classes}. Predict class labels, not probabilities or scores.")
+        return keys
+    cols = list(task.submission_columns)
+    M = np.column_stack([_parse_numbers(df, c) for c in cols])
+    if kind == "proba":
+        out = np.flatnonzero(((M < 0) | (M > 1)).any(axis=1))
+        if len(out):
+            r = int(out[0])
+            c = cols[int(np.flatnonzero((M[r] < 0) | (M[r] > 1))[0])]
+            raise _Invalid(f"{len(out)} row{'s have' if len(out) > 1 else ' has'} probabilities outside [0, 1] "
+                           f"(first: row {r + 1}, column {c!r} = {M[r, cols.index(c)]!r}); submit probabilities, "
+                           "e.g. predict_proba, not decision scores or logits.")
+        if M.shape[1] > 1:
+            sums = M.sum(axis=1)
+            zero = np.flatnonzero(sums <= 0)
+            if len(zero):
+                raise _Invalid(f"{len(zero)} row{'s have' if len(zero) > 1 else ' has'} probabilities summing to 0 "
+                               f"(first: row {int(zero[0]) + 1}); each row must give some probability to a class.")
+            M = M / sums[:, None]
+        else:
+            M = M[:, 0]
+    return M
+
+
+def _truth(task: ARTask) -> Any:
+    y = hidden_labels(task)
+    if task.metric_info.kind == "value":
+        return np.asarray(y, dtype=float).reshape(len(y), -1)
+    return np.array([label_key(v) for v in y], dtype=object)
+
+
+def compute_score(task: ARTask, pred: Any) -> float:
+    """The metric of a canonical prediction (what `_parse` returns) on the hidden labels."""
+    from sklearn.metrics import f1_score, log_loss, r2_score, roc_auc_score
+
+    y = _truth(task)
+    m = task.metric
+    keys = [label_key(c) for c in task.classes or ()]
+    if m == "accuracy":
+        return float(np.mean(pred == y))
+    if m == "macro_f1":
+        return float(f1_score(list(y), list(pred), labels=keys, average="macro", zero_division=0))
+    if m in ("roc_auc", "log_loss"):
+        index = {k: i for i, k in enumerate(keys)}
+        yi = np.array([index[k] for k in y])
+        if m == "roc_auc":
+            if np.ndim(pred) == 1:
+                return float(roc_auc_score(yi == len(keys) - 1, pred))
+            return float(roc_auc_score(yi, pred, multi_class="ovr", labels=list(range(len(keys)))))
+        P = pred if np.ndim(pred) == 2 else np.column_stack([1 - pred, pred])
+        return float(log_loss(yi, P, labels=list(range(len(keys)))))
+    if m == "r2":
+        return float(r2_score(y, pred, multioutput="uniform_average"))
+    if m == "rmse":
+        return float(np.mean(np.sqrt(np.mean((y - pred) ** 2, axis=0))))
+    raise ValueError(f"unknown metric {m!r}")  # pragma: no cover
+
+
+def _evaluate(task: ARTask, df) -> Grade:
+    pred = _parse(task, df)
+    try:
+        score = compute_score(task, pred)
+    except ValueError as exc:  # sklearn refusing a prediction we let through
+        raise _Invalid(f"the metric could not be computed on this submission ({_short(exc)}).") from None
+    if not math.isfinite(score):
+        raise _Invalid(f"the submission's {task.metric} is not a finite number.")
+    reward = task.normalize(score)
+    direction = "higher" if task.higher_is_better else "lower"
+    return Grade("ok", score, reward,
+                 f"scored: {task.metric} = {score:.6g} ({direction} is better) on the hidden test labels; "
+                 f"reward {reward:.3f} (0 at the trivial baseline {task.baseline:.4g}, 1 at "
+                 f"{task.target_score:.4g}).")
+
+
+# --- reference submissions: trivial, oracle and a default model -------------------
+
+
+def submission_frame(task: ARTask, predictions: Any):
+    """A submission DataFrame from raw predictions.
+
+    Class labels for accuracy / macro_f1; for roc_auc on a binary task the positive-class probability
+    (shape (n,) or predict_proba's (n, 2)); for log_loss (and multiclass roc_auc) a probability matrix
+    with columns in the order of `task.classes`; values (n,) or (n, n_targets) for regression.
+    """
+    import pandas as pd
+
+    cols = list(task.submission_columns)
+    p = np.array(predictions, copy=True)
+    if task.metric_info.kind == "label":
+        return pd.DataFrame({"prediction": p.reshape(-1)})
+    if cols == ["prediction"]:
+        if p.ndim == 2 and p.shape[1] == 2 and task.metric_info.kind == "proba":
+            p = p[:, 1]
+        return pd.DataFrame({"prediction": p.reshape(-1).astype(float)})
+    p = p.reshape(len(p), -1).astype(float)
+    return pd.DataFrame({c: p[:, j] for j, c in enumerate(cols)})
+
+
+def _class_index(task: ARTask, labels: Sequence[Any]) -> np.ndarray:
+    index = {label_key(c): i for i, c in enumerate(task.classes or ())}
+    return np.array([index[label_key(v)] for v in labels])
+
+
+def baseline_submission(task: ARTask):
+    """The trivial solution: majority class, class-prior probabilities, or the train mean."""
+    tr = train_frame(task)
+    targets = list(task.target_columns)
+    n = task.n_test
+    if task.metric_info.kind == "value":
+        mean = tr[targets].to_numpy(dtype=float).mean(axis=0)
+        return submission_frame(task, np.tile(mean, (n, 1)))
+    idx = _class_index(task, tr[targets[0]].tolist())
+    k = len(task.classes)
+    prior = np.bincount(idx, minlength=k) / len(idx)
+    if task.metric_info.kind == "label":
+        return submission_frame(task, [task.classes[int(np.argmax(prior))]] * n)
+    return submission_frame(task, np.tile(prior, (n, 1)))
+
+
+def oracle_submission(task: ARTask):
+    """The hidden labels themselves, in submission form (scores the metric's perfect value). For tests."""
+    y = hidden_labels(task)
+    kind = task.metric_info.kind
+    if kind == "label":
+        return submission_frame(task, y)
+    if kind == "proba":
+        onehot = np.eye(len(task.classes))[_class_index(task, y)]
+        return submission_frame(task, onehot)
+    return submission_frame(task, y)
+
+
+def _model_matrix(task: ARTask, df) -> np.ndarray:
+    """Numeric feature matrix: object columns become category codes (external tasks may have text)."""
+    import pandas as pd
+
+    X = df[list(task.feature_columns)].copy()
+    for c in X.columns:
+        if not pd.api.types.is_numeric_dtype(X[c]):
+            X[c] = pd.Categorical(X[c].astype(str)).codes.astype(float)
+    return X.to_numpy(dtype=float)
+
+
+def reference_submission(task: ARTask, model: Any = None):
+    """A default model's submission: HistGradientBoosting (default settings, random_state=0) unless `model`.
+
+    Fitted on one thread, as the suite's pinned references were.
+    """
+    import pandas as pd
+    from threadpoolctl import threadpool_limits
+    from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
+    from sklearn.multioutput import MultiOutputRegressor
+
+    tr, te = train_frame(task), test_frame(task)
+    # encode text columns consistently across train and test
+    both = pd.concat([tr[list(task.feature_columns)], te[list(task.feature_columns)]], ignore_index=True)
+    X_all = _model_matrix(task, both)
+    X_tr, X_te = X_all[: len(tr)], X_all[len(tr):]
+    targets = list(task.target_columns)
+    kind = task.metric_info.kind
+    if kind == "value":
+        y = tr[targets].to_numpy(dtype=float)
+        if model is None:
+            model = HistGradientBoostingRegressor(random_state=0)
+            if y.shape[1] > 1:
+                model = MultiOutputRegressor(model)
+        with threadpool_limits(limits=1):
+            model.fit(X_tr, y[:, 0] if y.shape[1] == 1 else y)
+        return submission_frame(task, model.predict(X_te))
+    y = _class_index(task, tr[targets[0]].tolist())
+    if model is None:
+        model = HistGradientBoostingClassifier(random_state=0)
+    with threadpool_limits(limits=1):
+        model.fit(X_tr, y)
+    if kind == "label":
+        return submission_frame(task, [task.classes[int(i)] for i in model.predict(X_te)])
+    proba = np.zeros((len(X_te), len(task.classes)))
+    proba[:, np.asarray(model.classes_, dtype=int)] = model.predict_proba(X_te)
+    return submission_frame(task, proba)
+
+
+def _score_or_raise(task: ARTask, df) -> float:
+    g = grade_frame(task, df)
+    if not g.ok:
+        raise RuntimeError(f"task {task.id!r}: our own submission was graded invalid: {g.message}")
+    return float(g.score)
+
+
+def baseline_score(task: ARTask) -> float:
+    return _score_or_raise(task, baseline_submission(task))
+
+
+def reference_score(task: ARTask) -> float:
+    return _score_or_raise(task, reference_submission(task))
