@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.wmrl-installed
 export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE  ?= 1
 
-.PHONY: install demo test bench clean
+.PHONY: install demo demo-autoresearch test bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -25,6 +25,10 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/wmrl train synthetic-program
 	$(VENV)/bin/wmrl bench modes trainer.eval_every=20
+
+# the AutoResearch main job (in progress, issue 3): builds the embedded agent on first use (~4 min)
+demo-autoresearch: $(STAMP)
+	$(VENV)/bin/wmrl train autoresearch
 
 test: $(STAMP)
 	$(PY) -m pytest -q

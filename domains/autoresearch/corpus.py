@@ -17,7 +17,9 @@ order of test_features.csv:
 * single target, label metrics (accuracy, macro_f1) and regression metrics
   (r2, rmse): one column `prediction`;
 * single target, probability metrics (roc_auc, log_loss): the columns
-  `spec.proba_columns`, `predict_proba` in sorted class order;
+  `spec.proba_columns`, `predict_proba` in sorted class order -- or, for
+  binary ROC AUC with `proba_columns == ("prediction",)` (POSITIVE_PROBA), one
+  column `prediction` holding the probability of the positive (last) class;
 * multioutput: one column per target, named as the target (probability
   metrics are not supported for multioutput: labels are written instead).
 
@@ -43,7 +45,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 #: bump when the scripts or the prompt format change: it keys the agent cache
-CORPUS_VERSION = "ar-corpus-v1"
+CORPUS_VERSION = "ar-corpus-v3"
 
 SYSTEM_MARK, USER_MARK, ASSISTANT_MARK, END_MARK = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
 SYSTEM_PROMPT = (
@@ -483,23 +485,130 @@ def _feedback(spec: TaskSpec, rng: np.random.Generator) -> str:
     return "status: timeout\nthe program failed (timeout)"
 
 
-def generate_corpus(specs_and_prompts: Sequence[tuple[TaskSpec, str]], n: int, seed: int = 0, *,
-                    multi_turn: float = 0.15) -> list[tuple[str, str]]:
-    """`n` (prompt, script) pairs, cycling over the tasks. Deterministic given `seed`.
+# --------------------------------------------------------------------------- prompt augmentation
 
-    The prompt is the observation the agent answers: `format_prompt(description)`,
-    or for a `multi_turn` fraction a second-turn observation (`next_observation`
-    after a first script and a synthetic sandbox report), so the agent also knows
-    the multi-turn format. The SFT target for a pair is `format_reply(script)`
-    followed by the end-of-turn token.
+_WORDS = (
+    "data rows columns feature features target model predict predicted measurements values class classes "
+    "probability sample samples train test score metric noise signal sensor patient customer price count rate "
+    "level group mean worst error ratio index label value time budget output input tabular numeric float int "
+    "higher lower better hidden labels file files training prediction each per the a of from with and in on"
+).split()
+
+
+def _noise_line(rng: np.random.Generator, pool: Sequence[str]) -> str:
+    """A line of plausible-looking but meaningless description text."""
+    words = [pool[int(rng.integers(len(pool)))] for _ in range(int(rng.integers(3, 13)))]
+    if rng.random() < 0.35:
+        words.insert(int(rng.integers(len(words) + 1)), f"`{_pick(rng, ['x', 'feat', 'col', 'v', 'm'])}_{int(rng.integers(100))}`")
+    if rng.random() < 0.35:
+        words.insert(int(rng.integers(len(words) + 1)), str(int(rng.integers(1, 5000))))
+    return _pick(rng, ["", "", "- ", "## "]) + " ".join(words) + "."
+
+
+def augment_description(description: str, spec: TaskSpec, rng: np.random.Generator,
+                        pool: Sequence[str] = _WORDS) -> str:
+    """A perturbed copy of a task description: some lines dropped, replaced or added as noise.
+
+    Lines that carry what the script needs -- the target column(s), the
+    submission columns, the metric -- are never touched. Trained on such
+    copies, the agent keeps writing valid scripts for descriptions it has never
+    seen (the held-out tasks) instead of relying on every line it memorised.
+    """
+    keys = [*spec.targets, *spec.proba_columns, spec.metric]
+    out = []
+    for line in description.splitlines():
+        if any(k in line for k in keys):
+            out.append(line)
+        elif line.startswith("# ") and rng.random() < 0.4:
+            out.append(line.split(":")[0] + ": " + "-".join(pool[int(rng.integers(len(pool)))] for _ in range(2)))
+        elif rng.random() < 0.2:
+            continue
+        elif rng.random() < 0.2:
+            out.append(_noise_line(rng, pool))
+        else:
+            out.append(line)
+        if rng.random() < 0.06:
+            out.append(_noise_line(rng, pool))
+    return "\n".join(out)
+
+
+def synthetic_task(rng: np.random.Generator) -> tuple[TaskSpec, str]:
+    """A random task of any kind and metric, with a short description in a generic format.
+
+    Mixed into the corpus so the agent knows every kind of script (a regression
+    task need not be among the training tasks for it to write a regressor).
+    """
+    kind = _pick(rng, ["classification"] * 3 + ["regression"] * 2 + ["multioutput"])
+    title = "-".join(_pick(rng, _WORDS[:60]) for _ in range(2))
+    if kind == "multioutput":
+        base = _pick(rng, ["y", "target", "out"])
+        targets = tuple(f"{base}{j}" for j in range(int(rng.integers(2, 5))))
+        metric = _pick(rng, ["r2", "rmse"])
+        problem, target_text = f"multi-output regression ({len(targets)} targets)", ", ".join(f"`{t}`" for t in targets)
+        sub = ", ".join(f"`{t}`" for t in targets) + ": the predicted value of each target."
+        proba: tuple[str, ...] = ()
+    else:
+        targets = (_pick(rng, ["target", "label", "y", "outcome", "class"]),)
+        target_text = f"`{targets[0]}`"
+        if kind == "regression":
+            metric, proba = _pick(rng, ["r2", "rmse"]), ()
+            problem, sub = "regression", f"`prediction`: the predicted value of `{targets[0]}`."
+        else:
+            k = int(_pick(rng, [2, 2, 3, 4, 5, 10]))
+            metric = _pick(rng, ["accuracy", "macro_f1", "roc_auc", "log_loss"])
+            problem = f"{'binary' if k == 2 else 'multiclass'} classification ({k} classes)"
+            target_text += f" ({k} classes: {', '.join(str(c) for c in range(k))})"
+            if metric == "roc_auc" and k == 2:
+                proba = POSITIVE_PROBA
+                sub = f"`prediction`: the predicted probability that `{targets[0]}` is 1."
+            elif metric in _PROBA_METRICS:
+                proba = tuple(f"p_{c}" for c in range(k))
+                sub = ", ".join(f"`{c}`" for c in proba) + ": the predicted probability of each class."
+            else:
+                proba, sub = (), "`prediction`: the predicted class."
+    spec = TaskSpec(kind, targets, metric, proba)
+    d = int(rng.integers(3, 60))
+    lines = [
+        f"# Task: {title}", "", _noise_line(rng, _WORDS), "",
+        f"- Problem: {problem}, tabular data.",
+        f"- Rows: {int(rng.integers(100, 20000))} training rows; {d} feature columns.",
+        f"- Target: {target_text}.", f"- Metric: `{metric}`.", "", "## Submission", "", "- " + sub,
+    ]
+    return spec, "\n".join(lines)
+
+
+def generate_corpus(specs_and_prompts: Sequence[tuple[TaskSpec, str]], n: int, seed: int = 0, *,
+                    multi_turn: float = 0.15, augment: float = 0.5, background: float = 0.2) -> list[tuple[str, str]]:
+    """`n` (prompt, script) pairs over the given tasks. Deterministic given `seed`.
+
+    The prompt is the observation the agent answers, `format_prompt(description)`:
+    for an `augment` fraction with a perturbed description (`augment_description`),
+    for a `multi_turn` fraction a second-turn observation (`next_observation`
+    after a first script and a synthetic sandbox report) so the agent knows the
+    multi-turn format, and a `background` fraction comes from `synthetic_task`s
+    of every kind rather than from the given tasks (which are cycled through
+    otherwise). The SFT target for a pair is `format_reply(script)` followed by
+    the end-of-turn token.
     """
     pairs = list(specs_and_prompts)
     if not pairs:
         raise ValueError("generate_corpus needs at least one (TaskSpec, description) pair")
+    # noise words: the tasks' own vocabulary, minus anything that names a target, a column or a kind of task
+    names = {n for spec, _ in pairs for n in (*spec.targets, *spec.proba_columns)} | set(METRICS) | {""}
+    words = {w.strip(".,;:()`*#") for _, d in pairs for w in d.split()} | set(_WORDS)
+    pool = sorted(w for w in words - names if not any(k in w.lower() for k in ("regress", "classif", "probab", "binary",
+                                                                                "multi", "output")))
     out = []
+    own = 0
     for i in range(n):
-        spec, description = pairs[i % len(pairs)]
         rng = np.random.default_rng([seed, i])
+        if rng.random() < background:
+            spec, description = synthetic_task(rng)
+        else:
+            spec, description = pairs[own % len(pairs)]
+            own += 1
+            if rng.random() < augment:
+                description = augment_description(description, spec, rng, pool)
         prompt = format_prompt(description)
         if rng.random() < multi_turn:
             first = format_reply(generate_script(spec, rng))

@@ -25,7 +25,12 @@ of the sampled tokens under the *temperature-1* distribution -- the quantity
 are not what re-encoding the decoded reply gives (a non-canonical BPE split, a
 broken UTF-8 sequence, a secondary stop token), `act` returns the recomputed
 log-probability of the canonical encoding instead, so `log_prob(obs,
-act(obs))` always agrees with what `act` returned.
+act(obs))` always agrees with what `act` returned (`stats` counts how often).
+
+Any causal LM loads (`model_name_or_path` is a local directory or a Hub id);
+the conversation text uses corpus.py's plain-text role markers, not a Hub chat
+model's own template, and a reply ends at the tokenizer's EOS (or any
+`generation_config.eos_token_id`).
 """
 
 from __future__ import annotations

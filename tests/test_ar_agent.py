@@ -1,0 +1,434 @@
+"""The AutoResearch default agent: its SFT corpus, the reply format, the built agent, CodeAgentPolicy.
+
+One small agent is built per session (tmp cache, a 2-minute SFT budget) and
+shared by the agent and policy tests.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import ast
+import contextlib
+import dataclasses
+import io
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from wmrl.domains.autoresearch.agent import AgentConfig, _cache_key, agent_info, build_default_agent
+from wmrl.domains.autoresearch.corpus import (
+    ASSISTANT_MARK,
+    END_MARK,
+    TaskSpec,
+    augment_description,
+    extract_code,
+    format_prompt,
+    format_reply,
+    generate_corpus,
+    generate_script,
+    next_observation,
+    script_family,
+    synthetic_task,
+)
+from wmrl.domains.autoresearch.policy import CodeAgentPolicy
+
+TASKS = [
+    (TaskSpec("classification", ("species",), "accuracy"),
+     "Task: iris-species. Predict the iris species (0, 1 or 2) from four flower measurements.\n"
+     "Target column: species. Metric: accuracy.\nWrite submission.csv with one column `prediction`."),
+    (TaskSpec("classification", ("diagnosis",), "roc_auc", ("prediction",)),
+     "Task: tumour-diagnosis. Predict whether a tumour is malignant from 30 cell-nucleus features.\n"
+     "Target column: diagnosis. Metric: roc_auc.\nWrite submission.csv with one column `prediction`: "
+     "the probability that diagnosis is 1."),
+    (TaskSpec("classification", ("cultivar",), "log_loss", ("p_0", "p_1", "p_2")),
+     "Task: wine-cultivar. Predict the cultivar of a wine from 13 chemical measurements.\n"
+     "Target column: cultivar. Metric: log_loss.\nWrite submission.csv with columns p_0, p_1, p_2: the class probabilities."),
+    (TaskSpec("classification", ("digit",), "macro_f1"),
+     "Task: digits. Recognise handwritten digits from 8x8 pixel intensities.\n"
+     "Target column: digit. Metric: macro_f1.\nWrite submission.csv with one column `prediction`."),
+    (TaskSpec("regression", ("progression",), "rmse"),
+     "Task: diabetes-progression. Predict disease progression a year after baseline from ten measurements.\n"
+     "Target column: progression. Metric: rmse.\nWrite submission.csv with one column `prediction`."),
+    (TaskSpec("multioutput", ("weight", "waist"), "r2"),
+     "Task: linnerud. Predict the physiological measurements weight and waist from three exercise counts.\n"
+     "Target columns: weight, waist. Metric: r2.\nWrite submission.csv with one column per target."),
+]
+# every submission shape: labels, binary and multiclass probabilities, regression, both multioutput kinds
+SPECS = [spec for spec, _ in TASKS] + [
+    TaskSpec("classification", ("label",), "roc_auc", ("p_0", "p_1", "p_2")),
+    TaskSpec("classification", ("label",), "log_loss", ("p_0", "p_1")),
+    TaskSpec("classification", ("colour",), "log_loss", ("p_blue", "p_green", "p_red")),  # string classes
+    TaskSpec("regression", ("y",), "r2"),
+    TaskSpec("multioutput", ("a", "b"), "accuracy"),
+]
+# The default 1.2M-parameter agent. Its SFT is bounded by steps (6 epochs ~ 560 steps, ~2 minutes on 2 free cores),
+# not by the clock: the CPU here is shared, and a clock-bounded run on a busy machine would train less and
+# make the parse-rate test flaky. max_minutes is only the safety cap.
+TEST_CONFIG = dataclasses.replace(AgentConfig(), epochs=6)  # the default architecture, step-bounded
+BUILD = dict(specs_and_prompts=TASKS, n_examples=3000, seed=0, max_minutes=4.0, config=TEST_CONFIG)
+
+
+def _parses(code: str | None) -> bool:
+    if code is None:
+        return False
+    try:
+        ast.parse(code)
+        return True
+    except (SyntaxError, ValueError):
+        return False
+
+
+def _dataset(spec: TaskSpec, n: int = 300, d: int = 6, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """train.csv / test_features.csv frames for a spec (classes 0..k-1, so p_i is class i)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    w = rng.normal(size=(d, len(spec.targets)))
+    z = X @ w + 0.3 * rng.normal(size=(n, len(spec.targets)))
+    if spec.regression:
+        y = 10 * z + 50
+    elif spec.multi:
+        y = (z > 0).astype(int)
+    else:
+        names = [] if spec.proba_columns == ("prediction",) else [c[2:] for c in spec.proba_columns]
+        k = 2 if spec.proba_columns == ("prediction",) else len(names) or 3
+        y = np.digitize(z, np.quantile(z, np.linspace(0, 1, k + 1)[1:-1]))
+        if names and not all(n.isdigit() for n in names):
+            y = np.asarray(names, dtype=object)[y]
+    cols = [f"f{i}" for i in range(d)]
+    train = pd.DataFrame(X, columns=cols)
+    for j, t in enumerate(spec.targets):
+        train[t] = y[:, j]
+    cut = int(0.8 * n)
+    return train.iloc[:cut].reset_index(drop=True), train.iloc[cut:][cols].reset_index(drop=True)
+
+
+def _check_submission(spec: TaskSpec, path: Path, n_rows: int, train: pd.DataFrame) -> None:
+    sub = pd.read_csv(path)
+    assert len(sub) == n_rows
+    if spec.proba:
+        assert list(sub.columns) == list(spec.proba_columns)
+        p = sub.to_numpy(dtype=float)
+        assert ((p >= 0) & (p <= 1)).all()
+        if spec.proba_columns != ("prediction",):  # one probability per class, in class order
+            assert np.allclose(p.sum(1), 1.0, atol=1e-4)
+    elif spec.multi:
+        assert list(sub.columns) == list(spec.targets)
+    else:
+        assert list(sub.columns) == ["prediction"]
+    assert sub.notna().all().all()
+    if not spec.regression and not spec.proba:
+        for col in [c for c in sub.columns]:
+            labels = set(train[spec.targets[0] if col == "prediction" else col].unique())
+            assert set(sub[col].unique()) <= labels
+
+
+# ----------------------------------------------------------------------------- corpus
+
+
+def test_scripts_parse_are_deterministic_and_diverse():
+    scripts = [generate_script(SPECS[i % len(SPECS)], np.random.default_rng(i)) for i in range(450)]
+    assert all(_parses(s) for s in scripts)
+    assert generate_script(SPECS[3], np.random.default_rng(3)) == scripts[3]
+    assert len(set(scripts)) >= 0.95 * len(scripts)
+    families = {script_family(s) for s in scripts}
+    assert None not in families and len(families) >= 8, families
+    lengths = [s.count("\n") for s in scripts]
+    assert 12 <= min(lengths) and max(lengths) <= 40
+    assert all('"submission.csv"' in s and 'pd.read_csv("train.csv")' in s for s in scripts)
+    # preprocessing and validation vary too
+    for marker in ("StandardScaler", "MinMaxScaler", "PCA(", "SelectKBest(", "train_test_split(", "cross_val_score("):
+        assert sum(marker in s for s in scripts) >= 10, marker
+
+    corpus = generate_corpus(TASKS, 300, seed=5)
+    assert corpus == generate_corpus(TASKS, 300, seed=5) and corpus != generate_corpus(TASKS, 300, seed=6)
+    exact = {format_prompt(d) for _, d in TASKS}
+    n_exact = sum(p in exact for p, _ in corpus)
+    n_second = sum("Sandbox feedback:" in p for p, _ in corpus)
+    n_synthetic = sum("- Metric: `" in p for p, _ in corpus)  # synthetic_task's format
+    assert 0.2 * len(corpus) < n_exact < 0.6 * len(corpus), n_exact  # the given tasks, verbatim
+    assert 0.05 * len(corpus) < n_second < 0.3 * len(corpus), n_second
+    assert 0.1 * len(corpus) < n_synthetic < 0.35 * len(corpus), n_synthetic
+    assert all(_parses(extract_code(format_reply(s))) for _, s in corpus)
+    # the scripts follow their prompt's task: a regression prompt gets a regressor
+    for p, s in corpus:
+        if "Metric: rmse" in p and "Sandbox" not in p:
+            assert not any(c in s for c in ("Classifier", "SVC(", "LogisticRegression", "GaussianNB")), s
+
+    # augmentation perturbs descriptions but never the lines the script depends on
+    for spec, desc in TASKS:
+        copies = [augment_description(desc, spec, np.random.default_rng(i)) for i in range(40)]
+        assert len(set(copies)) >= 4  # (these short descriptions are mostly protected lines)
+        for line in desc.splitlines():
+            if any(k in line for k in (*spec.targets, *spec.proba_columns, spec.metric)):
+                assert all(line in c for c in copies), line
+    kinds = set()
+    for i in range(200):
+        spec, desc = synthetic_task(np.random.default_rng(i))
+        kinds.add((spec.kind, spec.metric, spec.proba))
+        assert all(t in desc for t in spec.targets) and spec.metric in desc
+        assert _parses(generate_script(spec, np.random.default_rng(i)))
+    assert {k for k, _, _ in kinds} == {"classification", "regression", "multioutput"} and len(kinds) >= 8
+    with pytest.raises(ValueError):
+        TaskSpec("classification", ("y",), "log_loss")  # needs its probability columns
+    with pytest.raises(ValueError):
+        TaskSpec("regression", ("y",), "accuracy")
+
+
+def _run_in_process(script: str, workdir: Path) -> None:
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            exec(compile(script, "<script>", "exec"), {"__name__": "__main__"})
+    finally:
+        os.chdir(cwd)
+
+
+def test_scripts_run_and_write_well_formed_submissions(tmp_path):
+    # a handful for real, as the sandbox would run them: separate interpreters, in parallel
+    procs = []
+    for i, spec in enumerate(SPECS):
+        d = tmp_path / f"real{i}"
+        d.mkdir()
+        train, test = _dataset(spec, seed=i)
+        train.to_csv(d / "train.csv", index=False)
+        test.to_csv(d / "test_features.csv", index=False)
+        (d / "main.py").write_text(generate_script(spec, np.random.default_rng(1000 + i)))
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        procs.append((spec, d, train, len(test), subprocess.Popen(
+            [sys.executable, "main.py"], cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+    for spec, d, train, n_rows, proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (spec, (d / "main.py").read_text(), err[-2000:])
+        _check_submission(spec, d / "submission.csv", n_rows, train)
+
+    # many more in this process (same code path, no interpreter start-up)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        for i in range(len(SPECS) * 6):
+            spec = SPECS[i % len(SPECS)]
+            d = tmp_path / f"inproc{i}"
+            d.mkdir()
+            train, test = _dataset(spec, seed=100 + i)
+            train.to_csv(d / "train.csv", index=False)
+            test.to_csv(d / "test_features.csv", index=False)
+            script = generate_script(spec, np.random.default_rng(2000 + i))
+            try:
+                _run_in_process(script, d)
+            except Exception as exc:  # pragma: no cover - the message is the point
+                raise AssertionError(f"{spec}\n{script}") from exc
+            _check_submission(spec, d / "submission.csv", len(test), train)
+
+
+def test_most_scripts_are_mediocre_on_a_real_dataset(tmp_path):
+    from sklearn.datasets import load_digits
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.metrics import accuracy_score
+    from threadpoolctl import threadpool_limits
+
+    X, y = load_digits(return_X_y=True)
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(y))[:1200]
+    cols = [f"px{i}" for i in range(X.shape[1])]
+    frame = pd.DataFrame(X[idx], columns=cols)
+    frame["digit"] = y[idx]
+    train, test = frame.iloc[:900], frame.iloc[900:]
+    train.to_csv(tmp_path / "train.csv", index=False)
+    test[cols].to_csv(tmp_path / "test_features.csv", index=False)
+    spec = TaskSpec("classification", ("digit",), "accuracy")
+    with threadpool_limits(1):
+        reference = accuracy_score(test["digit"], HistGradientBoostingClassifier(random_state=0)
+                                   .fit(train[cols], train["digit"]).predict(test[cols]))
+        scores = []
+        for i in range(20):
+            (tmp_path / "submission.csv").unlink(missing_ok=True)
+            _run_in_process(generate_script(spec, np.random.default_rng(300 + i)), tmp_path)
+            scores.append(accuracy_score(test["digit"], pd.read_csv(tmp_path / "submission.csv")["prediction"]))
+    print(f"\nHGB default {reference:.3f}; scripts: median {np.median(scores):.3f}, max {max(scores):.3f}")
+    assert np.median(scores) < reference - 0.03, (reference, sorted(scores))
+    assert max(scores) > reference - 0.05, (reference, sorted(scores))  # a minority is good: RL has a target
+
+
+# ----------------------------------------------------------------------------- reply format
+
+
+def test_extract_code():
+    assert extract_code("Here:\n```python\nx = 1\n```\nbye") == "x = 1\n"
+    assert extract_code("x = 1\nprint(x)") is None  # unfenced
+    assert extract_code("") is None
+    assert extract_code("```python\nimport os\nx = (1,\n") == "import os\nx = (1,\n"  # truncated reply
+    assert extract_code("```py\na = 2\n```") == "a = 2\n"
+    # the first python block wins, over earlier blocks in other languages and later python blocks
+    two = "```bash\nls\n```\n```python\nfirst = 1\n```\ntext\n```python\nsecond = 2\n```"
+    assert extract_code(two) == "first = 1\n"
+    assert extract_code("```python\na = 1\n```\n```python\nb = 2\n```") == "a = 1\n"
+    assert extract_code("```\nplain = 3\n```") == "plain = 3\n"  # unlabelled as a fallback
+    script = generate_script(TASKS[0][0], np.random.default_rng(0))
+    assert extract_code(format_reply(script)).strip() == script.strip()
+
+
+def test_prompt_and_multi_turn_format():
+    desc = TASKS[0][1]
+    p = format_prompt(desc)
+    assert desc in p and p.endswith(ASSISTANT_MARK + "\n") and format_prompt(p) == p
+    reply = format_reply("x = 1")
+    nxt = next_observation(p, reply, "status: ok\nscore: 0.5")
+    assert nxt.startswith(p + reply + END_MARK) and "score: 0.5" in nxt and nxt.endswith(ASSISTANT_MARK + "\n")
+    assert extract_code(nxt[len(p):]) == "x = 1\n"
+
+
+# ----------------------------------------------------------------------------- the built agent
+
+
+@pytest.fixture(scope="session")
+def agent(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("agents")
+    t0 = time.perf_counter()
+    path = build_default_agent(cache, **BUILD)
+    return cache, path, time.perf_counter() - t0
+
+
+@pytest.fixture(scope="session")
+def policy(agent):
+    return CodeAgentPolicy(str(agent[1]), max_new_tokens=160)
+
+
+def test_agent_build_and_cache_hit(agent):
+    cache, path, build_s = agent
+    info = agent_info(path)
+    print(f"\nagent build: {build_s:.1f}s, {info['n_params']} params, vocab {info['vocab']}, "
+          f"{info['steps']} steps / {info['epochs']} epochs, loss {info['train_loss_ema']:.3f}")
+    assert path.parent == cache and (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
+    assert info["steps"] > 0 and info["n_params"] > 500_000 and info["vocab"] > 1000
+    if info["stopped_by"] == "time":  # pragma: no cover - a very busy machine
+        warnings.warn(f"the test agent's SFT hit its time cap after {info['steps']} steps")
+    t0 = time.perf_counter()
+    again = build_default_agent(cache, **BUILD)
+    assert again == path and time.perf_counter() - t0 < 1.0
+    assert [p.name for p in cache.iterdir()] == [path.name]  # nothing half-built left behind
+    base = _cache_key(TEST_CONFIG, TASKS, 3000, 0, 4.0)
+    assert base == path.name.removeprefix("agent-")
+    assert _cache_key(TEST_CONFIG, TASKS, 3000, 1, 4.0) != base
+    assert _cache_key(AgentConfig(hidden_size=192), TASKS, 3000, 0, 4.0) != base
+    assert _cache_key(TEST_CONFIG, TASKS[:-1], 3000, 0, 4.0) != base
+
+
+def test_sampled_replies_parse(policy):
+    obs = [format_prompt(d) for _, d in TASKS] * 17  # 102 first turns + 18 second turns
+    obs += [next_observation(format_prompt(d), format_reply(generate_script(s, np.random.default_rng(i))),
+                             "status: ok\nscore: 0.4210") for i, (s, d) in enumerate(TASKS * 3)]
+    replies, _ = policy.act(obs, generator=torch.Generator().manual_seed(123))  # temperature 1, plain sampling
+    ok = [_parses(extract_code(r)) for r in replies]
+    rate = sum(ok) / len(ok)
+    print(f"\nparse rate {rate:.3f} on {len(ok)} samples")
+    assert rate >= 0.9, [r for r, good in zip(replies, ok) if not good][:3]
+
+
+UNSEEN = [  # descriptions the agent never trained on (new wording, targets, metrics)
+    "Task: loan-default. Will a customer default on a loan, given 12 account features?\n"
+    "Target column: default. Metric: accuracy.\nWrite submission.csv with one column `prediction`.",
+    "# Task: house-prices\n\nEstimate the sale price of a house from 8 numeric features.\n\n"
+    "- Problem: regression, tabular data.\n- Target: `price`.\n- Metric: `rmse`.\n\n## Submission\n\n"
+    "- `prediction`: the predicted value of `price`.",
+    "Task: sensor-fault. Classify the fault type (4 classes) of a machine from vibration statistics.\n"
+    "Target column: fault. Metric: log_loss.\nWrite submission.csv with columns p_0, p_1, p_2, p_3.",
+]
+
+
+def test_replies_to_unseen_descriptions_mostly_parse(policy):
+    # prompt augmentation and the synthetic background tasks keep the agent writing code off its training tasks
+    replies, _ = policy.act([format_prompt(d) for d in UNSEEN] * 34, generator=torch.Generator().manual_seed(5))
+    rate = float(np.mean([_parses(extract_code(r)) for r in replies]))
+    print(f"\nparse rate {rate:.3f} on {len(replies)} samples for unseen descriptions")
+    assert rate >= 0.7
+    regression = replies[1::3]  # the unseen regression task gets regressors, not classifiers
+    assert np.mean([not any(c in r for c in ("Classifier", "SVC(", "LogisticRegression")) for r in regression]) > 0.8
+
+
+# ----------------------------------------------------------------------------- the policy
+
+
+def _observations() -> list[str]:
+    obs = [format_prompt(d) for _, d in TASKS[:4]]
+    # a second-turn observation: a longer prompt in the same batch (left padding is exercised)
+    obs.append(next_observation(obs[0], format_reply("x = 1"), "status: error\nNameError: name 'y' is not defined"))
+    return obs
+
+
+def test_act_is_reproducible_and_matches_log_prob(policy):
+    obs = _observations()
+    before = dict(policy.stats)
+    a1, lp1 = policy.act(obs, generator=torch.Generator().manual_seed(7))
+    a2, lp2 = policy.act(obs, generator=torch.Generator().manual_seed(7))
+    assert a1 == a2 and lp1 == lp2
+    a3, _ = policy.act(obs, generator=torch.Generator().manual_seed(8))
+    assert a3 != a1
+    assert all(np.isfinite(lp1)) and all(v < 0 for v in lp1)
+    with torch.no_grad():
+        recomputed = policy.log_prob(obs, a1)
+    assert recomputed.shape == (len(obs),)
+    assert torch.allclose(recomputed, torch.tensor(lp1, dtype=recomputed.dtype), atol=1e-3), (recomputed, lp1)
+    # the agreement is the sampler's own arithmetic (KV cache, temperature-1 log-softmax), not the
+    # fallback that re-scores non-canonical token sequences with log_prob itself
+    sampled = policy.stats["replies"] - before["replies"]
+    assert sampled == 3 * len(obs) and policy.stats["recomputed"] - before["recomputed"] <= len(obs) // 2
+    # a batch of one gives the same numbers as the padded batch
+    with torch.no_grad():
+        single = policy.log_prob(obs[-1:], a1[-1:])
+    assert abs(float(single[0]) - lp1[-1]) < 1e-3
+
+
+def test_greedy_is_deterministic(policy):
+    obs = _observations()
+    g1, lp1 = policy.act(obs, greedy=True)
+    g2, lp2 = policy.act(obs, generator=torch.Generator().manual_seed(99), greedy=True)
+    assert g1 == g2 and np.allclose(lp1, lp2)
+    assert torch.allclose(policy.log_prob(obs, g1).detach(), torch.tensor(lp1, dtype=torch.float32), atol=1e-3)
+
+
+def test_cap_at_max_new_tokens_and_prompt_truncation(agent):
+    short = CodeAgentPolicy(str(agent[1]), max_new_tokens=6, max_prompt_tokens=64)
+    obs = _observations()
+    # a very long conversation: the head (task description) and the tail (latest feedback) survive
+    long_obs = next_observation(obs[0], format_reply("x = 1"), "noise " * 400 + "\nthe latest feedback")
+    ids = short.prompt_ids(long_obs)
+    assert len(ids) == 64
+    text = short.tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.startswith(long_obs[:40]) and text.endswith(ASSISTANT_MARK + "\n")
+    replies, lps = short.act(obs + [long_obs], generator=torch.Generator().manual_seed(0))
+    assert all(len(short.tokenizer(r, add_special_tokens=False)["input_ids"]) <= 6 for r in replies)
+    with torch.no_grad():
+        assert torch.allclose(short.log_prob(obs + [long_obs], replies), torch.tensor(lps), atol=1e-3)
+
+
+def test_log_prob_is_differentiable_and_a_step_raises_it(agent):
+    pol = CodeAgentPolicy(str(agent[1]), max_new_tokens=160)  # its own copy: this test changes weights
+    obs = [format_prompt(TASKS[1][1])]
+    reply = format_reply(generate_script(TASKS[1][0], np.random.default_rng(42)))
+    lp = pol.log_prob(obs, [reply])
+    assert lp.shape == (1,) and lp.requires_grad
+    pol.module.zero_grad()
+    (-lp.sum()).backward()
+    grads = [p.grad for p in pol.module.parameters() if p.grad is not None]
+    assert grads and sum(float(g.abs().sum()) for g in grads) > 0
+    opt = torch.optim.SGD(pol.module.parameters(), lr=1e-2)
+    opt.step()
+    with torch.no_grad():
+        after = pol.log_prob(obs, [reply])
+    assert float(after[0]) > float(lp.detach()[0])
+    # a reply the agent would write is far likelier than junk of similar length
+    with torch.no_grad():
+        junk = pol.log_prob(obs, ["```python\n" + "zq)(" * 40 + "\n```"])
+    assert float(junk[0]) < float(after[0])
