@@ -415,6 +415,11 @@ def _build_root(wd: str, uid: int, tmp_mb: int, visible: Sequence[str]) -> None:
     ro = _MS_RDONLY | _MS_NOSUID | _MS_NODEV
     for p, target in links:
         os.symlink(target, new + p)
+    # scratch dirs first, so that a visible path below /tmp (a venv in a clone under /tmp) is
+    # bound on top of the private /tmp instead of being hidden by it
+    for scratch in ("/dev/shm", "/tmp"):
+        os.makedirs(new + scratch, 0o755, exist_ok=True)
+        _mount("tmpfs", new + scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={tmp_mb}m")
     for fd, p, is_dir in sources:
         dst = new + p
         if is_dir:
@@ -431,9 +436,6 @@ def _build_root(wd: str, uid: int, tmp_mb: int, visible: Sequence[str]) -> None:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
         os.symlink(target, f"{new}/dev/{name}")
-    for scratch in ("/dev/shm", "/tmp"):
-        os.makedirs(new + scratch, 0o755, exist_ok=True)
-        _mount("tmpfs", new + scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={tmp_mb}m")
     os.makedirs(new + "/var", 0o755, exist_ok=True)
     if not os.path.lexists(new + "/var/tmp"):
         os.symlink("/tmp", new + "/var/tmp")
