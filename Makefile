@@ -1,5 +1,5 @@
 # Two commands do all set-up on a fresh machine with Python 3.11 and the package registries:
-#   make demo   -- the main job on the embedded default (WMRL on the synthetic domain) + report
+#   make demo   -- the main job: WMRL post-training of the embedded code agent on AutoResearch + report
 #   make test   -- the test suite
 # torch is pinned in every install command: an unpinned torch pulls a multi-GB CUDA build.
 
@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.wmrl-installed
 export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE  ?= 1
 
-.PHONY: install demo demo-autoresearch test bench clean
+.PHONY: install demo demo-synthetic test bench results clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -22,19 +22,33 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# builds the embedded agent on first use (~4 min, cached), then trains, evaluates and reports
 demo: $(STAMP)
-	$(VENV)/bin/wmrl train synthetic-program
-	$(VENV)/bin/wmrl bench modes trainer.eval_every=20
-
-# the AutoResearch main job (in progress, issue 3): builds the embedded agent on first use (~4 min)
-demo-autoresearch: $(STAMP)
 	$(VENV)/bin/wmrl train autoresearch
+	$(VENV)/bin/wmrl eval-wm runs/autoresearch
+
+demo-synthetic: $(STAMP)
+	$(VENV)/bin/wmrl train synthetic-program
+	$(VENV)/bin/wmrl bench speedup profile=quick
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(VENV)/bin/wmrl bench modes
+	$(VENV)/bin/wmrl bench speedup profile=quick
+
+# every figure of the README's Results section, full profiles (hours on 2 cores), then the section itself
+R := bench/results
+results: $(STAMP)
+	$(VENV)/bin/wmrl bench speedup config=synthetic-program out=$(R)/speedup-synthetic-program-full.json
+	$(VENV)/bin/wmrl bench speedup config=synthetic-control out=$(R)/speedup-synthetic-control-full.json
+	$(VENV)/bin/wmrl bench speedup config=autoresearch out=$(R)/speedup-autoresearch-full.json
+	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-full.json \
+	  runs=$(R)/runs-speedup-autoresearch-full/real/seed0,$(R)/runs-speedup-autoresearch-full/real/seed1,$(R)/runs-speedup-autoresearch-full/real/seed2
+	$(VENV)/bin/wmrl bench wm config=synthetic-control out=$(R)/wm-synthetic-control-full.json
+	$(VENV)/bin/wmrl bench sandbox out=$(R)/sandbox.json
+	$(VENV)/bin/wmrl bench rollout out=$(R)/rollout-full.json
+	$(VENV)/bin/wmrl bench results
 
 clean:
 	rm -rf $(VENV) runs bench/out

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from wmrl.api import build_trainer
-from wmrl.config import load_config
+from wmrl.config import load_config, to_yaml
 
 
 class IncomparableRuns(ValueError):
@@ -32,9 +32,20 @@ class RunRecord:
     steps: int
     task_digest: str
     history: list[dict]
-    real_executions: int
+    real_executions: int  # real training episodes (held-out evaluation episodes not counted)
     wall: float
     real_wall: float
+
+
+def split_options(overrides: Sequence[str], own: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """A benchmark's own options (`key=value` with key in `own`, plus `profile`, checked) and the
+    run-config overrides it passes on to every run."""
+    own = (*own, "profile")
+    opts = dict(o.split("=", 1) for o in overrides if o.split("=", 1)[0] in own)
+    opts.setdefault("profile", "full")
+    if opts["profile"] not in ("quick", "full"):
+        raise KeyError(f"profile={opts['profile']!r}: choose quick or full")
+    return opts, [o for o in overrides if o.split("=", 1)[0] not in own]
 
 
 def task_digest(tasks) -> str:
@@ -43,12 +54,14 @@ def task_digest(tasks) -> str:
 
 def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, seed: int) -> RunRecord:
     cfg = load_config(config, [*overrides, f"trainer.seed={seed}", f"run_dir={run_dir}", "tensorboard=false"])
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    (Path(run_dir) / "config.yaml").write_text(to_yaml(cfg))  # a self-describing run folder (`wmrl eval-wm` reads it)
     trainer = build_trainer(cfg)
     try:
         history = trainer.train()
         return RunRecord(
             mode, seed, trainer.step, task_digest(trainer.train_tasks), history,
-            trainer.store.count_executions(cfg.run_id), trainer.wall, trainer.real_wall,
+            trainer.real_executions, trainer.wall, trainer.real_wall,
         )
     finally:
         trainer.close()
@@ -106,10 +119,17 @@ def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
             "real_executions_median": _median([float(r.real_executions) for r in rs]),
             "time_to_reference_final_median": _median([x for x in reach if x is not None]) if any(x is not None for x in reach) else None,
             "reached_reference_final": sum(x is not None for x in reach),
-            "per_seed": [{"seed": r.seed, "final": r.history[-1], "wall": r.wall, "real_executions": r.real_executions} for r in rs],
+            "per_seed": [{"seed": r.seed, "final": r.history[-1], "history": r.history, "wall": r.wall,
+                          "real_executions": r.real_executions} for r in rs],
         }
     if reference in modes:
-        ref_wall = out["modes"][reference]["wall_median"]
+        ref = out["modes"][reference]
+        share = ref["real_wall_share_median"]
         for mode, m in out["modes"].items():
-            m["wall_ratio_vs_reference"] = ref_wall / m["wall_median"] if m["wall_median"] else None
+            m["wall_ratio_vs_reference"] = ref["wall_median"] / m["wall_median"] if m["wall_median"] else None
+            # Amdahl: only the real-execution share of the reference's time shrinks, by the executions saved
+            frac = m["real_executions_median"] / ref["real_executions_median"] if ref["real_executions_median"] else float("nan")
+            m["ideal_speedup"] = 1.0 / ((1.0 - share) + share * frac) if math.isfinite(share * frac) else None
+            t_ref, t = ref["time_to_reference_final_median"], m["time_to_reference_final_median"]
+            m["speedup_to_reference_final"] = t_ref / t if t_ref and t else None
     return out

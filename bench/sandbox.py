@@ -173,7 +173,23 @@ def run(overrides: list[str]) -> Path:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(table(result))
     return out
+
+
+def table(result: dict) -> str:
+    lat = result["latency"]
+    lines = [f"`wmrl bench sandbox`: {result['repeats']} rounds x {result['executions_per_repeat']} executions, "
+             f"{result['machine']['cpu_count']} cores; end-to-end `Sandbox.run` latency, isolation included", "",
+             "| script | zygote (ms) | cold start (ms) | cold / zygote |", "|---|---:|---:|---:|"]
+    for name, label in (("trivial", "`print(1)`"), ("sklearn_fit", "digits LogisticRegression fit")):
+        e = lat[name]
+        lines.append(f"| {label} | {e['zygote']['median_s'] * 1e3:.0f} | {e['cold']['median_s'] * 1e3:.0f} "
+                     f"| {e['cold_over_zygote']:.1f}x |")
+    lines += ["", "| pool slots | executions/s | vs 1 slot |", "|---:|---:|---:|"]
+    lines += [f"| {r['slots']} | {r['executions_per_s']:.1f} | {r['speedup_vs_1_slot_rate']:.2f}x |"
+              for r in result["pool_throughput"]]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

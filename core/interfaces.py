@@ -112,6 +112,10 @@ class WorldModel(ABC):
         when the WM graded it, `.wm`); called once per step after the pairs are stored.
         World models that learn online override this; the default learns nothing."""
 
+    def wait(self) -> None:
+        """Block until a fit running in the background has finished (before a checkpoint or an
+        evaluation); WMs that fit synchronously have nothing to wait for."""
+
     def state_dict(self) -> dict:
         """What a checkpoint must hold for an exact resume (a learning WM's data/weights)."""
         return {}

@@ -251,6 +251,16 @@ class RunStore:
                 found[row[0]] = _execution_from_row(row)
         return {k: found[k] for k in wanted if k in found}
 
+    def executions(self, run_id: str | None = None, *, key_prefix: str = "") -> list[ExecutionRecord]:
+        """Stored records in the order they were stored, optionally of one run and under a key prefix."""
+        sql = ("SELECT key, run_id, step, task_id, status, reward, payload, info, created_at FROM executions "
+               "WHERE substr(key, 1, ?) = ?")  # not LIKE: that is case-insensitive and has wildcards
+        params: list[Any] = [len(key_prefix), key_prefix]
+        if run_id is not None:
+            sql += " AND run_id = ?"
+            params.append(run_id)
+        return [_execution_from_row(row) for row in self._query(sql + " ORDER BY rowid", params)]
+
     def get_execution(self, key: str) -> ExecutionRecord | None:
         return self.get_executions([key]).get(key)
 

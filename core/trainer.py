@@ -29,10 +29,12 @@ import numpy as np
 import torch
 
 from wmrl.core.anchors import AnchorConfig, AnchorScheduler
+from wmrl.core.deadline import DeadlineWorldModel
 from wmrl.core.domain import Domain
 from wmrl.core.engine import Engine, EngineConfig
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.loss import SurrogateBatch
+from wmrl.core.replay import eval_key, group_id, read_trajectories, train_key
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
 from wmrl.core.store import AnchorPair, ExecutionRecord, RunStore
@@ -53,6 +55,8 @@ class TrainerConfig:
     eval_splits: list[str] = field(default_factory=lambda: ["test_id", "test_ood"])
     checkpoint_every: int = 5
     seed: int = 0
+    wm_warm_start: list[str] = field(default_factory=list)  # run stores whose training executions pre-fit the WM
+    wm_timeout_s: float = 0.0  # deadline per world-model call (0: none); a call past it is an unknown grade
 
     def validate(self) -> None:
         for name in ("steps", "groups_per_step", "group_size", "ppo_epochs", "eval_samples", "checkpoint_every"):
@@ -60,6 +64,11 @@ class TrainerConfig:
                 raise ValueError(f"trainer.{name} must be >= 1")
         if self.group_size < 2:
             raise ValueError("trainer.group_size must be >= 2: GRPO needs a group baseline")
+        if not self.wm_timeout_s >= 0:
+            raise ValueError("trainer.wm_timeout_s must be >= 0 (0: no deadline)")
+        for path in self.wm_warm_start:
+            if not Path(path).is_file():
+                raise ValueError(f"trainer.wm_warm_start: no run store at {path}; point it at a run's store.sqlite")
 
 
 class Trainer:
@@ -88,6 +97,8 @@ class Trainer:
         self.estimator = build_estimator(estimator, anchors.fraction)
         self.env = domain.make_real_env()
         self.world_model = domain.make_world_model() if self.estimator.uses_world_model else None
+        if self.world_model is not None and trainer.wm_timeout_s:
+            self.world_model = DeadlineWorldModel(self.world_model, trainer.wm_timeout_s)
         self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction)
         self.store = RunStore(self.dir / "store.sqlite")
         self.generator = torch.Generator().manual_seed(trainer.seed)
@@ -98,7 +109,10 @@ class Trainer:
         self.history: list[dict] = []  # evaluation rows
         self.real_wall = 0.0  # cumulative wall-clock of real execution, survives resume
         self.wall = 0.0
+        self.real_executions = 0  # real training episodes consumed (eval episodes not counted)
         self._resume()
+        if self.step == 0 and self.world_model is not None and trainer.wm_warm_start:
+            self._warm_start(trainer.wm_warm_start)
         self.metrics = MetricsLogger(self.dir, resume_step=self.step, tensorboard=tensorboard)
 
     # ------------------------------------------------------------------ state
@@ -112,6 +126,7 @@ class Trainer:
             "history": self.history,
             "real_wall": self.real_wall,
             "wall": self.wall,
+            "real_executions": self.real_executions,
             "run_id": self.run_id,
         }
 
@@ -129,9 +144,20 @@ class Trainer:
             self.world_model.load_state_dict(state["world_model"])
         self.history = list(state["history"])
         self.real_wall, self.wall = float(state["real_wall"]), float(state["wall"])
+        self.real_executions = int(state["real_executions"])
         log.info("resumed %s at step %d", self.dir, self.step)
 
+    def _warm_start(self, stores: Sequence[str]) -> None:
+        """Fit the WM on other runs' real training executions before the first step (never their eval episodes)."""
+        for path in stores:
+            trajs = [s.trajectory for s in read_trajectories(path)]
+            log.info("warm-starting the world model on %d real trajectories from %s", len(trajs), path)
+            if trajs:
+                self.world_model.fit(trajs)
+
     def save(self) -> Path:
+        if self.world_model is not None:
+            self.world_model.wait()  # a checkpoint holds a finished fit, not one half-way
         return self.engine.save(self.dir / "checkpoints", f"step{self.step:06d}", self._client_state())
 
     # ------------------------------------------------------------------ real execution
@@ -195,10 +221,10 @@ class Trainer:
         G = self.cfg.group_size
         tasks = self._sample_tasks(step)
         anchor_idx = set(self.scheduler.choose(step, len(tasks)).tolist())
-        groups = [Group(id=f"s{step}g{g}", task=t, trajectories=[], anchor=g in anchor_idx) for g, t in enumerate(tasks)]
+        groups = [Group(id=group_id(step, g), task=t, trajectories=[], anchor=g in anchor_idx) for g, t in enumerate(tasks)]
 
         anchor_groups = [g for g in groups if g.anchor]
-        keys = [f"{g.id}m{m}" for g in anchor_groups for m in range(G)]
+        keys = [train_key(g.id, m) for g in anchor_groups for m in range(G)]
         real_trajs, real_times, executed = self._real(
             [g.task for g in anchor_groups for _ in range(G)], keys, step, self.generator
         )
@@ -222,7 +248,8 @@ class Trainer:
                 g.trajectories = sim[j * G : (j + 1) * G]
         self._store_pairs(step, anchor_groups)
         times = {
-            "real_executions": float(executed),
+            "real_executions": float(len(keys)),  # what the step consumed, fresh or (on resume) stored
+            "real_executed_fresh": float(executed),
             "time_generation": real_times.generation + wm_times.generation,
             "time_wm": wm_time + wm_times.scorer,
             "time_real": real_times.scorer,
@@ -239,6 +266,7 @@ class Trainer:
         step_time = time.perf_counter() - t_step
         self.real_wall += times["time_real"]
         self.wall += step_time
+        self.real_executions += int(times["real_executions"])
         return {
             **est.diagnostics,
             **update,
@@ -289,7 +317,7 @@ class Trainer:
         tasks = self.domain.tasks(split)
         n = self.cfg.eval_samples
         batch = [t for t in tasks for _ in range(n)]
-        keys = [f"eval/{self.step}/{split}/{t.id}/{i}" for t in tasks for i in range(n)]
+        keys = [eval_key(self.step, split, t.id, i) for t in tasks for i in range(n)]
         gen = torch.Generator().manual_seed(self.cfg.seed + 100_003)
         trajs, times, _ = self._real(batch, keys, self.step, gen)
         rewards = [t.real.reward for t in trajs if t.real is not None and t.real.known]
@@ -302,7 +330,7 @@ class Trainer:
         }
 
     def _evaluate_all(self) -> dict:
-        row = {"step": self.step, "wall": self.wall, "real_wall": self.real_wall}
+        row = {"step": self.step, "wall": self.wall, "real_wall": self.real_wall, "real_executions": self.real_executions}
         for split in self.cfg.eval_splits:
             if self.domain.tasks(split):
                 row[f"eval_{split}"] = self.evaluate(split)["reward"]

@@ -2,6 +2,8 @@
 
     wmrl train [CONFIG] [key=value ...]   train (or resume) a run; CONFIG is a YAML path or a shipped name
     wmrl eval RUN_DIR [--split S ...]     real held-out reward of a run's latest checkpoint
+    wmrl eval-wm RUN_DIR [--world-model NAME] [--warmup N]
+                                          a world model's fidelity on the run's real executions
     wmrl bench NAME [key=value ...]       run a benchmark from bench/ (JSON out)
     wmrl report RUN_DIR                   write RUN_DIR/report.md with plots
 
@@ -16,6 +18,7 @@ import json
 import logging
 import os
 import sys
+from pathlib import Path
 
 
 def _env_defaults() -> None:
@@ -36,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("eval", help="evaluate a run's latest checkpoint on held-out tasks")
     p.add_argument("run_dir")
     p.add_argument("--split", action="append", dest="splits")
+    p = sub.add_parser("eval-wm", help="measure a world model against a run's real executions")
+    p.add_argument("run_dir")
+    p.add_argument("--world-model", default=None, help="a world model the run's domain offers (default: the run's)")
+    p.add_argument("--warmup", type=int, default=32, help="real executions to fit on before predictions count")
     p = sub.add_parser("bench", help="run a benchmark (JSON out)")
     p.add_argument("name", help="benchmark name, e.g. modes")
     p.add_argument("overrides", nargs="*")
@@ -63,6 +70,15 @@ def main(argv: list[str] | None = None) -> int:
             from wmrl.api import evaluate
 
             print(json.dumps(evaluate(args.run_dir, args.splits)))
+        elif args.cmd == "eval-wm":
+            from wmrl.wm_eval import evaluate_world_model
+
+            res = evaluate_world_model(args.run_dir, args.world_model, warmup=args.warmup)
+            for section, m in res.items():
+                if isinstance(m, dict):
+                    print(f"{section}: n={m['n']} within-group spearman={m['within_group_spearman']} "
+                          f"mae={m['mae']} 80% coverage={m['coverage'].get('0.8')}")
+            print(f"results: {Path(args.run_dir) / 'wm_eval' / (res['world_model'] + '.json')}")
         elif args.cmd == "bench":
             from wmrl.bench import run_benchmark
 

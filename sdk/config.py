@@ -24,7 +24,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from wmrl.core.anchors import AnchorConfig
 from wmrl.core.engine import EngineConfig
 from wmrl.core.estimators import EstimatorConfig
-from wmrl.core.registry import DOMAINS, ESTIMATORS
+from wmrl.core.registry import DOMAINS, ESTIMATORS, WORLD_MODELS
 from wmrl.core.trainer import TrainerConfig
 from wmrl.registry import UNAVAILABLE, load_builtin_domains
 
@@ -175,6 +175,11 @@ def validate(cfg: RunConfig) -> None:
             check()
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+    wm = getattr(cfg.domain, "world_model", None)
+    if wm is not None and wm not in WORLD_MODELS:
+        builtin = DOMAINS.get(cfg.domain.name).world_models
+        raise ConfigError(f"domain.world_model: unknown world model {wm!r}; domain {cfg.domain.name!r} offers "
+                          f"{', '.join(builtin) or 'none'} (or register one with @wmrl.register_world_model)")
     if cfg.estimator.mode == "wmrl" and cfg.anchors.fraction == 0:
         raise ConfigError("anchors.fraction is 0 in mode wmrl: WMRL needs an anchor stream; use estimator.mode=wm for none")
 

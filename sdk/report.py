@@ -4,7 +4,8 @@ It reads `metrics.jsonl` and `summary.json`, so a report can be rebuilt for any
 finished or interrupted run (`wmrl report RUN_DIR`) without re-running anything.
 The plots are the ones that tell whether WMRL is working: real held-out reward
 against wall-clock, the four diagnostics, where the step time goes, and the
-estimated reward against the real one.
+estimated reward against the real one, and the world model's raw score
+against the real one on every anchor pair in the run store.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from pathlib import Path
 
 from wmrl.core.metrics import read_jsonl
+from wmrl.core.store import RunStore
 
 DIAGNOSTICS = ("anchor_fraction", "calibrated", "bias_reduction", "anchor_weight")
 TIMES = ("time_generation", "time_wm", "time_real", "time_update")
@@ -29,7 +31,7 @@ def _series(rows: list[dict], key: str) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
-def _plots(run_dir: Path, rows: list[dict], history: list[dict]) -> list[str]:
+def _plots(run_dir: Path, rows: list[dict], history: list[dict], pairs: list) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -75,6 +77,15 @@ def _plots(run_dir: Path, rows: list[dict], history: list[dict]) -> list[str]:
     fig.tight_layout()
     fig.savefig(run_dir / "estimated_vs_real.png", dpi=110)
     made.append("estimated_vs_real.png")
+
+    if pairs:
+        fig, ax = plt.subplots(figsize=(4.2, 4.0))
+        ax.scatter([p.wm_mean for p in pairs], [p.real for p in pairs], s=8, alpha=0.5)
+        ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+        ax.set(xlabel="world model's score (raw)", ylabel="real score", title=f"Anchor pairs (n={len(pairs)})")
+        fig.tight_layout()
+        fig.savefig(run_dir / "wm_vs_real.png", dpi=110)
+        made.append("wm_vs_real.png")
     plt.close("all")
     return made
 
@@ -90,7 +101,11 @@ def write_report(run_dir: str | Path) -> Path:
         raise FileNotFoundError(f"{run_dir} has no metrics.jsonl rows: is it a wmrl run folder that trained a step?")
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     history = summary.get("history", [])
-    plots = _plots(run_dir, rows, history)
+    pairs = []
+    if (run_dir / "store.sqlite").exists():
+        with RunStore(run_dir / "store.sqlite") as store:
+            pairs = store.anchor_pairs()
+    plots = _plots(run_dir, rows, history, pairs)
     total = {k: sum(r.get(k) or 0.0 for r in rows) for k in TIMES}
     step_total = sum(total.values()) or 1.0
     lines = [

@@ -1,6 +1,7 @@
 """Scorers that fail: NaN, exceptions, out-of-range rewards. The run goes on; nothing is scored 0."""
 
 import math
+import time
 
 import numpy as np
 import pytest
@@ -38,6 +39,18 @@ class RaisingWorldModel(ProgramWorldModel):
         return super().step(actions)
 
 
+class HangingWorldModel(ProgramWorldModel):
+    """Every 4th call to step hangs for far longer than the trainer's deadline."""
+
+    calls = 0
+
+    def step(self, actions):
+        HangingWorldModel.calls += 1
+        if HangingWorldModel.calls % 4 == 0:
+            time.sleep(1.5)
+        return super().step(actions)
+
+
 class FlakyEnv(ProgramEnv):
     """Sandbox infrastructure failure on every 5th execution; an out-of-range reward on every 7th."""
 
@@ -51,7 +64,7 @@ class FlakyEnv(ProgramEnv):
         return out
 
 
-def _run(tmp_path, wm_cls=ProgramWorldModel, env_cls=ProgramEnv, mode="wmrl", steps=6):
+def _run(tmp_path, wm_cls=ProgramWorldModel, env_cls=ProgramEnv, mode="wmrl", steps=6, wm_timeout_s=0.0):
     class Dom(ProgramDomain):
         def make_world_model(self):
             return wm_cls(self.world)
@@ -59,7 +72,7 @@ def _run(tmp_path, wm_cls=ProgramWorldModel, env_cls=ProgramEnv, mode="wmrl", st
         def make_real_env(self):
             return env_cls(self.world)
 
-    t = Trainer(Dom(ProgramConfig()), trainer=TrainerConfig(steps=steps, eval_every=0, eval_samples=1),
+    t = Trainer(Dom(ProgramConfig()), trainer=TrainerConfig(steps=steps, eval_every=0, eval_samples=1, wm_timeout_s=wm_timeout_s),
                 estimator=EstimatorConfig(mode=mode), anchors=AnchorConfig(fraction=0.25), engine=EngineConfig(),
                 run_dir=tmp_path, tensorboard=False)
     history = t.train()
@@ -96,3 +109,11 @@ def test_real_infrastructure_failures_and_bad_rewards_are_unknown_never_zero(tmp
     infra = [r for r in recs.values() if r.status == "infra"]
     assert infra and all(r.reward is None for r in infra)
     assert all(r.reward is None or 0.0 <= r.reward <= 1.0 for r in recs.values())
+
+
+def test_a_hanging_world_model_costs_unknown_grades_not_the_run(tmp_path):
+    history, rows = _run(tmp_path, wm_cls=HangingWorldModel, wm_timeout_s=0.3, steps=8)
+    assert len(rows) == 8 and all(math.isfinite(r["loss"]) for r in rows)
+    # without the deadline every hang would only be slow and every grade known
+    assert sum(r["unknown_wm"] for r in rows) > 0  # the overrun calls, and those made while it was still busy
+    assert any(r["unknown_wm"] == 0 for r in rows)  # and it serves again once free

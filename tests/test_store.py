@@ -396,3 +396,15 @@ def test_threads_share_one_store(tmp_path):
             th.join()
         assert s.count_executions() == 400
         assert s.count_anchor_pairs() == 400
+
+
+def test_executions_in_stored_order_by_run_and_exact_key_prefix(tmp_path):
+    with RunStore(tmp_path / "s.sqlite") as store:
+        store.put_executions([rec("s2g0m0"), rec("eval/0/test_id/t/0"), rec("s1g0m0")])
+        store.put_executions([rec("S1g9m9"), rec("s_x", run_id="r2"), rec("s%y")])
+        assert [r.key for r in store.executions()] == ["s2g0m0", "eval/0/test_id/t/0", "s1g0m0", "S1g9m9", "s_x", "s%y"]
+        assert [r.key for r in store.executions(key_prefix="eval/")] == ["eval/0/test_id/t/0"]
+        # a prefix is matched exactly: no case folding, `_` and `%` are plain characters
+        assert [r.key for r in store.executions(key_prefix="s1")] == ["s1g0m0"]
+        assert [r.key for r in store.executions(key_prefix="s_")] == ["s_x"]
+        assert [r.key for r in store.executions("r2")] == ["s_x"]

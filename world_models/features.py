@@ -21,12 +21,16 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(text)
 
 
-def hashed_ngrams(text: str, dim: int = 1024, n: int = 2) -> np.ndarray:
-    """L2-normalised counts of the text's 1..n-grams hashed into `dim` buckets."""
+def hashed_ngrams(text: str, dim: int = 1024, n: int = 2, salt: str = "") -> np.ndarray:
+    """L2-normalised counts of the text's 1..n-grams hashed into `dim` buckets.
+
+    A `salt` (e.g. the task's type) sends the same grams to other buckets: crossed
+    features, so a regressor can learn that a token helps on one kind of task only.
+    """
     toks = tokens(text)
     v = np.zeros(dim, dtype=np.float64)
     for k in range(1, n + 1):
         for i in range(len(toks) - k + 1):
-            v[zlib.crc32(" ".join(toks[i : i + k]).encode()) % dim] += 1.0
+            v[zlib.crc32((salt + " ".join(toks[i : i + k])).encode()) % dim] += 1.0
     norm = np.linalg.norm(v)
     return v / norm if norm else v

@@ -4,7 +4,8 @@ This file only wires the parts together under one typed config: the task suite
 (`tasks.py`, optionally plus task directories on disk, `external.py`), the
 sandbox pool (`sandbox.py`) behind `AutoResearchEnv` (`env.py`), the code agent
 (`policy.py`; by default the small LM the project trains itself, `agent.py`),
-and the learned outcome predictor as world model (`world_model.py`).
+and the world models it offers, registered by name: a learned outcome
+predictor over (task, code) with a ridge or an NLL ensemble (`world_model.py`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
-from wmrl.core.registry import DOMAINS
+from wmrl.core.registry import DOMAINS, WORLD_MODELS
 from wmrl.core.types import Task
 from wmrl.domains.autoresearch.corpus import TaskSpec
 from wmrl.domains.autoresearch.tasks import ARTask, load_suite, split
@@ -37,7 +38,14 @@ class AutoResearchConfig:
     agent_max_minutes: float = 4.0
     max_new_tokens: int = 320
     temperature: float = 1.0
-    wm_dim: int = 512
+    world_model: str = "code-ridge"  # one of AutoResearchDomain.world_models (docs/world_models.md)
+    wm_dim: int = 512  # hashed code-feature buckets of the learned predictors
+    wm_members: int = 8  # ensemble members of the learned predictors
+    wm_background_fit: bool = True  # code-gaussian: fit in a thread, never blocking a step
+    wm_samples: int = 4  # code-llm: sampled outcomes per trajectory (mean and variance)
+    wm_max_new_tokens: int = 48  # code-llm
+    wm_fit_steps: int = 8  # code-llm: fine-tuning steps per fit, capped by wm_fit_seconds
+    wm_fit_seconds: float = 10.0
     cache_dir: str | None = None  # tasks and agents; default ~/.cache/wmrl
 
 
@@ -53,6 +61,8 @@ def task_spec(task: ARTask) -> TaskSpec:
 @DOMAINS.register("autoresearch")
 class AutoResearchDomain(Domain):
     config_class = AutoResearchConfig
+
+    world_models = ("code-ridge", "code-gaussian", "code-llm")
 
     def __init__(self, cfg: AutoResearchConfig):
         super().__init__(cfg)
@@ -96,8 +106,34 @@ class AutoResearchDomain(Domain):
         return AutoResearchEnv(pool, turns=self.cfg.turns, final=self.cfg.final,
                                timeout_scale=self.cfg.timeout_scale, memory_mb=self.cfg.memory_mb)
 
-    def make_world_model(self) -> WorldModel:
+    def code_outcome_model(self, regressor=None, background_fit: bool = False) -> WorldModel:
         from wmrl.domains.autoresearch.world_model import CodeOutcomeModel
 
         families = [t.family for t in split(self.suite, "train")]
-        return CodeOutcomeModel(families, turns=self.cfg.turns, final=self.cfg.final, dim=self.cfg.wm_dim)
+        return CodeOutcomeModel(families, turns=self.cfg.turns, final=self.cfg.final, dim=self.cfg.wm_dim,
+                                members=self.cfg.wm_members, regressor=regressor, background_fit=background_fit)
+
+
+@WORLD_MODELS.register("code-ridge")
+def _code_ridge(domain: AutoResearchDomain) -> WorldModel:
+    """(task, code) features -> bootstrap ridge ensemble: milliseconds per fit."""
+    return domain.code_outcome_model()
+
+
+@WORLD_MODELS.register("code-gaussian")
+def _code_gaussian(domain: AutoResearchDomain) -> WorldModel:
+    """(task, code) features -> deep ensemble of heteroscedastic MLPs trained by NLL."""
+    from wmrl.world_models.gaussian_ensemble import GaussianEnsemble
+
+    return domain.code_outcome_model(GaussianEnsemble(members=min(domain.cfg.wm_members, 5)),
+                                     background_fit=domain.cfg.wm_background_fit)
+
+
+@WORLD_MODELS.register("code-llm")
+def _code_llm(domain: AutoResearchDomain) -> WorldModel:
+    """The agent's own LM (a separate copy), prompted with task and code to write the outcome."""
+    from wmrl.domains.autoresearch.llm_world_model import LLMOutcomeModel
+
+    c = domain.cfg
+    return LLMOutcomeModel(domain.agent_path(), turns=c.turns, final=c.final, samples=c.wm_samples,
+                           max_new_tokens=c.wm_max_new_tokens, fit_steps=c.wm_fit_steps, fit_seconds=c.wm_fit_seconds)

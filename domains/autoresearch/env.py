@@ -120,7 +120,11 @@ class AutoResearchEnv(RealEnv):
             done = self._turn[i] >= self.turns
             final = (self._best[i] if self.final == "best" else reward) if done else 0.0
             self._obs[i] = next_observation(self._obs[i], reply, feedback(result, status, score, msg))
-            out[i] = Transition(self._obs[i], final, done, info={"status": status, "score": score, "turn_reward": reward})
+            info = {"status": status, "score": score, "turn_reward": reward}
+            if status != "ok":  # the line that says why, kept for diagnosis and for WMs that learn it
+                tail = (result.stderr.strip().splitlines() or [""])[-1] if result is not None and result.stderr else ""
+                info["error"] = (tail or msg)[-300:]
+            out[i] = Transition(self._obs[i], final, done, info=info)
         return out
 
     def _cleanup(self) -> None:

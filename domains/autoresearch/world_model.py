@@ -1,10 +1,15 @@
-"""A learned outcome predictor for (task, code): the AutoResearch world model until issue 4's.
+"""A learned outcome predictor for (task, code): the AutoResearch world model that learns from anchors.
 
-It predicts the normalised score of a script from hashed n-grams of its code
-plus the task's family, with a bootstrap ridge ensemble for the variance, and
-learns online from every step's anchors (the trajectories the sandbox really
-graded). A reply without a code block or whose code does not parse is
-predicted to fail (score 0, small variance): the sandbox would say the same.
+It predicts the normalised score of a script from hashed n-grams of its code,
+the same crossed with the task's type and metric, the task's family and a few
+task-code checks, with an ensemble regressor for the variance (bootstrap
+ridge by default, or the heteroscedastic NLL ensemble), and learns online from
+every step's anchors (the trajectories the sandbox really graded). Each batch
+of anchors is first predicted, before the model sees it, to recalibrate the
+variance on out-of-sample residuals (`world_models/calibration.py`). A reply
+that certainly fails -- no code block, a syntax error, a name never defined or
+imported (`static_failure`) -- is predicted to fail (score 0, small variance)
+without asking the regressor, which only learns from scripts that could run.
 For multi-turn episodes inside the model, the simulated sandbox report is the
 predicted score, marked as simulated.
 """
@@ -12,6 +17,7 @@ predicted score, marked as simulated.
 from __future__ import annotations
 
 import ast
+import builtins
 from typing import Any, Sequence
 
 import numpy as np
@@ -19,37 +25,78 @@ import numpy as np
 from wmrl.core.interfaces import WorldModel
 from wmrl.core.types import Task, Trajectory, Transition
 from wmrl.domains.autoresearch.corpus import extract_code, format_prompt, next_observation
+from wmrl.world_models.calibration import VarianceCalibrator
 from wmrl.world_models.ensemble import RidgeEnsemble
 from wmrl.world_models.features import hashed_ngrams
 
 
+_BUILTINS = frozenset(dir(builtins))
+
+
+def static_failure(code: str | None) -> str | None:
+    """Why a script certainly fails before it computes anything, or None.
+
+    No code block, a syntax error, or a name the script loads but never defines
+    or imports (the commonest failure of a small agent: `LogisticRegression`
+    used, never imported). The sandbox would report the same, so the world
+    model need not guess.
+    """
+    if code is None:
+        return "no code block"
+    try:
+        tree = ast.parse(code)
+    except SyntaxError as exc:
+        return f"SyntaxError: {exc.msg} (line {exc.lineno})"
+    except ValueError as exc:  # e.g. a NUL byte in the source
+        return f"ValueError: {exc}"
+    defined, loaded = set(_BUILTINS), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else defined).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.arg):
+            defined.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            defined.add(node.name)
+    missing = sorted(loaded - defined)
+    return f"NameError: name {missing[0]!r} is not defined" if missing else None
+
+
 class CodeOutcomeModel(WorldModel):
     def __init__(self, families: Sequence[str], *, turns: int = 1, final: str = "best", dim: int = 512,
-                 members: int = 8, seed: int = 0):
+                 members: int = 8, seed: int = 0, regressor: Any = None, background_fit: bool = False):
         self.families = sorted(set(families))
         self.turns, self.final, self.dim = turns, final, dim
-        self.model = RidgeEnsemble(members=members, seed=seed)
+        # anything with add / fit / predict -> (mean, var) / state_dict, e.g. GaussianEnsemble
+        self.model = regressor if regressor is not None else RidgeEnsemble(members=members, seed=seed)
+        self.calibrator = VarianceCalibrator()
+        # regressors that train in a thread (GaussianEnsemble) keep serving the last fit meanwhile
+        self._fit_kwargs = {"background": True} if background_fit else {}
         self._tasks: list[Task] = []
         self._obs: list[str] = []
         self._turn: list[int] = []
 
     def features(self, task: Task, code: str) -> np.ndarray:
+        t = task.payload
         fam = np.zeros(len(self.families))
-        if task.payload.family in self.families:
-            fam[self.families.index(task.payload.family)] = 1.0
-        return np.concatenate([hashed_ngrams(code, self.dim), fam])
+        if t.family in self.families:
+            fam[self.families.index(t.family)] = 1.0
+        # code x task-kind crossings: a classifier on a regression target, predict_proba for a label metric
+        kind = f"{t.task_type}|{t.metric}|"
+        quoted = [f'"{c}"' in code or f"'{c}'" in code for c in t.target_columns]
+        flags = np.array([float(all(quoted)), float(any(quoted)), min(len(code) / 2000.0, 1.0)])
+        return np.concatenate([hashed_ngrams(code, self.dim), hashed_ngrams(code, self.dim // 2, n=1, salt=kind),
+                               fam, flags])
 
     def score(self, tasks: Sequence[Task], replies: Sequence[str]) -> list[tuple[float, float]]:
         codes = [extract_code(r) for r in replies]
-        ok = []
-        for c in codes:
-            try:
-                ok.append(c is not None and ast.parse(c) is not None)
-            except (SyntaxError, ValueError):
-                ok.append(False)
+        ok = [static_failure(c) is None for c in codes]
         rows = [self.features(t, c) for t, c, good in zip(tasks, codes, ok) if good]
         mean, var = self.model.predict(np.asarray(rows)) if rows else (np.zeros(0), np.zeros(0))
-        it = iter(zip(np.clip(mean, 0.0, 1.0), var))
+        it = iter(zip(np.clip(mean, 0.0, 1.0), self.calibrator.apply(var)))
         return [tuple(map(float, next(it))) if good else (0.0, 1e-4) for good in ok]
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
@@ -77,16 +124,24 @@ class CodeOutcomeModel(WorldModel):
         for traj in anchors:
             for reply, info in zip(traj.actions, traj.infos):
                 code = extract_code(reply)
-                if code is not None and info.get("turn_reward") is not None:
+                if static_failure(code) is None and info.get("turn_reward") is not None:
                     X.append(self.features(traj.task, code))
                     y.append(info["turn_reward"])
         if X:
-            self.model.add(np.asarray(X), np.asarray(y))
-            self.model.fit()
+            X, y = np.asarray(X), np.asarray(y)
+            if self.model.n:  # out-of-sample residuals: the model has not seen these yet
+                self.calibrator.observe(*self.model.predict(X), y)
+            self.model.add(X, y)
+            self.model.fit(**self._fit_kwargs)
+
+    def wait(self) -> None:
+        if hasattr(self.model, "wait"):
+            self.model.wait()
 
     def state_dict(self) -> dict:
-        return self.model.state_dict()
+        return {"model": self.model.state_dict(), "calibrator": self.calibrator.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         if state:
-            self.model.load_state_dict(state)
+            self.model.load_state_dict(state["model"])
+            self.calibrator.load_state_dict(state["calibrator"])

@@ -28,7 +28,7 @@ from torch import nn
 
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
-from wmrl.core.registry import DOMAINS
+from wmrl.core.registry import DOMAINS, WORLD_MODELS
 from wmrl.core.types import Task, Trajectory, Transition
 from wmrl.domains.synthetic.common import ExecutionCost
 
@@ -55,6 +55,7 @@ class ControlConfig:
     wm_speed_bonus: float = 0.0
     wm_noise: float = 0.02
     wm_noise_hetero: float = 0.0
+    world_model: str = "perturbed-dynamics"
     ledger: str | None = None
 
 
@@ -185,6 +186,7 @@ class GaussianPolicy(Policy):
 @DOMAINS.register("synthetic-control")
 class ControlDomain(Domain):
     config_class = ControlConfig
+    world_models = ("perturbed-dynamics", "latent-dynamics")
 
     def __init__(self, cfg: ControlConfig):
         super().__init__(cfg)
@@ -199,9 +201,6 @@ class ControlDomain(Domain):
     def make_real_env(self) -> RealEnv:
         return ControlEnv(self.cfg)
 
-    def make_world_model(self) -> WorldModel:
-        return ControlWorldModel(self.cfg)
-
     def oracle_reward(self, trajectory: Trajectory) -> float | None:
         """Replay the actions open-loop in the real dynamics (free here, expensive for real)."""
         if not trajectory.actions:
@@ -211,3 +210,23 @@ class ControlDomain(Domain):
         for a in trajectory.actions:
             sim.advance(0, a)
         return sim.success_reward(0)
+
+
+@WORLD_MODELS.register("perturbed-dynamics")
+def _perturbed(domain: ControlDomain) -> WorldModel:
+    """The real dynamics with the configured errors, bias and noise (`wm_*` keys)."""
+    return ControlWorldModel(domain.cfg)
+
+
+@WORLD_MODELS.register("latent-dynamics")
+def _latent(domain: ControlDomain, **model_kwargs) -> WorldModel:
+    """A learned latent-dynamics ensemble, fitted online on the real anchor episodes."""
+    from wmrl.world_models.latent import LatentDynamicsEnsemble, LatentWorldModel
+
+    cfg = domain.cfg
+
+    def first(tasks: Sequence[Task]) -> list[np.ndarray]:
+        return PointMass(cfg, cfg.gain, cfg.drag).reset(np.array([t.payload for t in tasks]))
+
+    model_kwargs.setdefault("seed", cfg.seed)
+    return LatentWorldModel(LatentDynamicsEnsemble(obs_dim=4, action_dim=2, **model_kwargs), first, cfg.horizon)

@@ -30,7 +30,7 @@ from torch import nn
 
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
-from wmrl.core.registry import DOMAINS
+from wmrl.core.registry import DOMAINS, WORLD_MODELS
 from wmrl.core.types import Task, Trajectory, Transition
 from wmrl.domains.synthetic.common import ExecutionCost
 
@@ -53,6 +53,7 @@ class ProgramConfig:
     wm_hack: float = 0.0
     wm_noise: float = 0.02
     wm_noise_hetero: float = 0.0
+    world_model: str = "program-distorted"
     ledger: str | None = None
 
 
@@ -173,6 +174,7 @@ class ProgramPolicy(Policy):
 class ProgramDomain(Domain):
     config_class = ProgramConfig
     max_turns = 1
+    world_models = ("program-distorted",)
 
     def __init__(self, cfg: ProgramConfig):
         super().__init__(cfg)
@@ -187,10 +189,13 @@ class ProgramDomain(Domain):
     def make_real_env(self) -> RealEnv:
         return ProgramEnv(self.world)
 
-    def make_world_model(self) -> WorldModel:
-        return ProgramWorldModel(self.world)
-
     def oracle_reward(self, trajectory: Trajectory) -> float | None:
         if not trajectory.actions:
             return None
         return self.world.reward(trajectory.task.payload, np.asarray(trajectory.actions[-1]))
+
+
+@WORLD_MODELS.register("program-distorted")
+def _distorted(domain: ProgramDomain) -> WorldModel:
+    """The true reward bent by the configured biases and noise (`wm_*` keys)."""
+    return ProgramWorldModel(domain.world)

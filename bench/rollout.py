@@ -1,0 +1,74 @@
+"""`wmrl bench rollout`: generation throughput of the code agent, tokens per second by batch size.
+
+Generation is the other half of a training step's cost (the sandbox is the
+first): the rollout engine batches all groups' prompts, so what matters is
+throughput at the batch sizes a step uses. This measures the AutoResearch
+policy's own sampling loop (`CodeAgentPolicy.act`, KV cache, left padding) on
+the training tasks' real prompts: per batch size, `repeats` rounds, tokens =
+reply tokens actually generated; the figure is the median tokens/s over rounds
+and the spread max - min. CPU only here (the vLLM engine is the GPU path).
+
+Overrides: `batch=1,4,8,16`, `repeats=N` (3), `profile=quick|full`,
+`out=PATH`, and any run-config key (e.g. `domain.agent=PATH` for another model).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from wmrl.bench.harness import split_options
+from wmrl.config import load_config
+from wmrl.core.registry import DOMAINS
+from wmrl.domains.autoresearch.corpus import format_prompt
+
+PROFILES = {"quick": ([1, 8], 2), "full": ([1, 4, 8, 16, 32], 3)}
+_OWN_KEYS = ("batch", "repeats", "out")
+
+
+def run(overrides: list[str]) -> Path:
+    opts, user = split_options(overrides, _OWN_KEYS)
+    profile = opts["profile"]
+    batches, repeats = PROFILES[profile]
+    batches = [int(b) for b in opts["batch"].split(",")] if "batch" in opts else batches
+    repeats = int(opts.get("repeats", repeats))
+    cfg = load_config("autoresearch", user)
+    domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
+    policy = domain.make_policy(0)
+    prompts = [format_prompt(t.payload.description) for t in domain.tasks("train")]
+    gen = torch.Generator().manual_seed(0)
+    policy.act([prompts[0]], generator=gen)  # warm-up: allocator, lazy init
+    rows = []
+    for b in batches:
+        rates, tokens = [], []
+        for r in range(repeats):
+            obs = [prompts[(r * b + i) % len(prompts)] for i in range(b)]
+            t0 = time.perf_counter()
+            actions = policy.act(obs, generator=gen)[0]
+            dt = time.perf_counter() - t0
+            n = sum(len(policy.reply_ids(a)) for a in actions)
+            rates.append(n / dt)
+            tokens.append(n)
+        rows.append({"batch": b, "tokens_per_s_median": statistics.median(rates),
+                     "tokens_per_s_spread": max(rates) - min(rates), "tokens_per_round_median": statistics.median(tokens)})
+    result = {"benchmark": "rollout", "profile": profile, "agent": cfg.domain.agent,
+              "max_new_tokens": cfg.domain.max_new_tokens, "repeats": repeats, "device": "cpu",
+              "torch_threads": torch.get_num_threads(), "rows": rows}
+    out = Path(opts.get("out", f"bench/out/rollout-{profile}.json"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(table(result))
+    return out
+
+
+def table(result: dict) -> str:
+    lines = [f"`wmrl bench rollout profile={result['profile']}`: agent {result['agent']}, max_new_tokens "
+             f"{result['max_new_tokens']}, {result['repeats']} rounds, CPU, {result['torch_threads']} torch thread(s)", "",
+             "| batch | tokens/s (median) | spread | tokens per round |", "|---:|---:|---:|---:|"]
+    lines += [f"| {r['batch']} | {r['tokens_per_s_median']:.0f} | {r['tokens_per_s_spread']:.0f} | "
+              f"{r['tokens_per_round_median']:.0f} |" for r in result["rows"]]
+    return "\n".join(lines) + "\n"

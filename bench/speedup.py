@@ -1,0 +1,159 @@
+"""`wmrl bench speedup`: WMRL against standard RL on real execution, the pure world model and the ablations.
+
+Every mode trains the same policy from the same seeds on the same tasks for the
+same number of updates; modes are interleaved within each seed so machine drift
+hits all of them alike, and the harness refuses to compare anything else
+(`IncomparableRuns`). Per mode it reports the real held-out reward (ID and OOD)
+against training wall-clock and against real executions, the time to reach the
+`real` mode's final held-out reward, the final reward with its spread over
+seeds, the share of step time spent in real execution and the ideal speed-up
+that share implies, and whether the targets of DESIGN section 6 hold.
+
+Overrides: `config=NAME` (synthetic-program | synthetic-control | autoresearch),
+`profile=quick|full` (default full), `seeds=N`, `modes=a,b,...`, `out=PATH`, and
+any run-config key (e.g. `trainer.steps=40`), applied to every mode after the
+profile's own. `quick` is a smoke run of the whole pipeline (about 5 minutes
+on 2 cores once the embedded agent is cached); `full` is the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from wmrl.bench.harness import run_one, split_options, summarize
+
+#: mode name -> overrides; the ablation ladder of DESIGN section 2
+MODES = {
+    "real": ["estimator.mode=real"],
+    "wm": ["estimator.mode=wm"],
+    "wmrl-none": ["estimator.mode=wmrl", "estimator.debias.enabled=false", "estimator.denoise.enabled=false"],
+    "wmrl-denoise": ["estimator.mode=wmrl", "estimator.debias.enabled=false"],
+    "wmrl-debias": ["estimator.mode=wmrl", "estimator.denoise.enabled=false"],
+    "wmrl": ["estimator.mode=wmrl"],
+}
+#: the paper's ablation order, worst to best
+ABLATION_ORDER = ("wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl")
+
+_AR_QUICK = ["trainer.steps=4", "trainer.groups_per_step=4", "trainer.eval_samples=1", "trainer.eval_every=0",
+             "trainer.eval_splits=[test_id]"]
+#: config -> profile -> (seeds, modes, overrides)
+PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
+    "synthetic-program": {
+        "quick": (3, tuple(MODES), ["trainer.steps=30", "trainer.eval_every=10"]),
+        "full": (3, tuple(MODES), ["trainer.steps=80", "trainer.eval_every=10"]),
+    },
+    "synthetic-control": {
+        "quick": (3, tuple(MODES), ["trainer.steps=20", "trainer.eval_every=10"]),
+        "full": (3, tuple(MODES), ["trainer.steps=60", "trainer.eval_every=10"]),
+    },
+    "autoresearch": {
+        "quick": (1, ("real", "wm", "wmrl"), _AR_QUICK),
+        # the ablations are left out here: 2 cores cannot afford 18 AutoResearch runs in one session
+        "full": (3, ("real", "wm", "wmrl"), ["trainer.steps=20", "trainer.eval_every=10"]),
+    },
+}
+_OWN_KEYS = ("config", "seeds", "modes", "out")
+
+
+def run(overrides: list[str]) -> Path:
+    opts, user = split_options(overrides, _OWN_KEYS)
+    config, profile = opts.get("config", "synthetic-program"), opts["profile"]
+    seeds, modes, base = PROFILES.get(config, {}).get(profile, (3, tuple(MODES), []))
+    seeds = int(opts.get("seeds", seeds))
+    modes = tuple(opts["modes"].split(",")) if "modes" in opts else modes
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise KeyError(f"modes: unknown {', '.join(unknown)}; available: {', '.join(MODES)}")
+    rest = [*base, *user]
+    out = Path(opts.get("out", f"bench/out/speedup-{config}-{profile}.json"))
+    work = out.parent / f"runs-{out.stem}"
+    runs = []
+    for seed in range(seeds):
+        for mode in modes:  # interleaved: drift hits every mode alike
+            run_dir = work / mode / f"seed{seed}"
+            shutil.rmtree(run_dir, ignore_errors=True)  # a benchmark never resumes a stale run
+            runs.append(run_one(config, [*rest, *MODES[mode]], run_dir, mode, seed))
+    result = {"benchmark": "speedup", "config": config, "profile": profile, "overrides": rest, **summarize(runs)}
+    result["targets"] = targets(result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(table(result))
+    plot(result, out.with_suffix(".png"))
+    return out
+
+
+def targets(result: dict) -> dict:
+    """The issue's targets, each True / False, or None when the modes it needs were not run."""
+    m = result["modes"]
+    out: dict = {}
+    if "real" in m and "wmrl" in m:
+        r, w = m["real"], m["wmrl"]
+        sooner = w.get("speedup_to_reference_final")
+        out["wmrl_reaches_real_final_4x_sooner"] = sooner is not None and sooner >= 4.0
+        out["wmrl_final_within_one_spread_of_real"] = (
+            w["final_test_id_median"] >= r["final_test_id_median"] - (r["final_test_id_spread"] or 0.0))
+    if "real" in m and "wm" in m:
+        out["wm_ends_below_real"] = (
+            m["wm"]["final_test_id_median"] < m["real"]["final_test_id_median"] - (m["real"]["final_test_id_spread"] or 0.0))
+    if all(k in m for k in ABLATION_ORDER):
+        finals = [m[k]["final_test_id_median"] for k in ABLATION_ORDER]
+        out["ablation_order_matches_paper"] = all(a < b for a, b in zip(finals, finals[1:]))
+        out["ablation_order_measured"] = [k for _, k in sorted(zip(finals, ABLATION_ORDER))]
+    return out
+
+
+def _f(v, fmt="{:.3f}") -> str:
+    return "—" if v is None or v != v else fmt.format(v)
+
+
+def table(result: dict) -> str:
+    """The Markdown results table (medians over seeds; spread = max - min)."""
+    lines = [
+        f"`wmrl bench speedup config={result['config']} profile={result['profile']}`: seeds {result['seeds']}, "
+        f"overrides {result['overrides'] or 'none'}",
+        "",
+        "| mode | held-out ID: start → final (spread) | held-out OOD | train wall (s) | real execs | real share of step time "
+        "| ideal speed-up | reached real's final | time to it (s) | sooner than real |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, m in result["modes"].items():
+        lines.append(
+            f"| {mode} | {_f(m['initial_test_id_median'])} → {_f(m['final_test_id_median'])} ({_f(m['final_test_id_spread'])}) "
+            f"| {_f(m['final_test_ood_median'])} | {_f(m['wall_median'], '{:.1f}')} "
+            f"| {_f(m['real_executions_median'], '{:.0f}')} | {_f(m['real_wall_share_median'], '{:.0%}')} "
+            f"| {_f(m.get('ideal_speedup'), '{:.2f}x')} | {m['reached_reference_final']}/{len(m['per_seed'])} "
+            f"| {_f(m['time_to_reference_final_median'], '{:.1f}')} | {_f(m.get('speedup_to_reference_final'), '{:.2f}x')} |"
+        )
+    t = result.get("targets") or {}
+    if t:
+        lines += ["", "Targets: " + "; ".join(f"{k}: {v}" for k, v in t.items())]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path) -> None:
+    """Held-out ID reward against training wall-clock and against real executions, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for c, (mode, m) in zip(colors * 2, result["modes"].items()):
+        for i, run in enumerate(m["per_seed"]):
+            rows = [h for h in run["history"] if h.get("eval_test_id") is not None]
+            for ax, x in zip(axes, ("wall", "real_executions")):
+                ax.plot([h.get(x, 0.0) for h in rows], [h["eval_test_id"] for h in rows], color=c, alpha=0.8,
+                        marker="o", ms=3, label=mode if i == 0 else None)
+    axes[0].set_xlabel("training wall-clock (s)")
+    axes[1].set_xlabel("real training executions")
+    for ax in axes:
+        ax.set_ylabel("real held-out ID reward")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"wmrl bench speedup: {result['config']} ({result['profile']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

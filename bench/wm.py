@@ -1,0 +1,105 @@
+"""`wmrl bench wm`: world-model fidelity against real outcomes, for every world model a domain offers.
+
+Per seed, one `real`-mode run (every group really executed, so the stream is
+as large as the budget allows) provides the ground truth; then each world model
+the domain registers is measured on that same stream with `wmrl eval-wm`
+(prequential over training steps, then the held-out evaluation episodes). Same
+data for every world model, so their figures compare directly. Medians over
+seeds; JSON and a Markdown table.
+
+Overrides: `config=NAME` (default autoresearch), `profile=quick|full`,
+`seeds=N`, `warmup=N` (real executions before predictions count), `wms=a,b`,
+`out=PATH`, `runs=DIR,DIR` (measure on existing run folders, e.g. the `real`
+runs of `wmrl bench speedup`, instead of training new ones), and any
+run-config key for the runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from wmrl.bench.harness import run_one, split_options
+from wmrl.config import load_config
+from wmrl.core.registry import DOMAINS
+from wmrl.wm_eval import evaluate_world_model
+
+#: config -> profile -> (seeds, warmup, run overrides)
+PROFILES = {
+    "autoresearch": {
+        "quick": (1, 16, ["trainer.steps=4", "trainer.groups_per_step=4", "trainer.eval_samples=2", "trainer.eval_every=0"]),
+        "full": (3, 32, ["trainer.steps=12", "trainer.eval_samples=4", "trainer.eval_every=0"]),
+    },
+}
+_DEFAULT = {"quick": (1, 16, ["trainer.steps=10", "trainer.eval_every=0"]),
+            "full": (3, 32, ["trainer.steps=30", "trainer.eval_every=0"])}
+_OWN_KEYS = ("config", "seeds", "warmup", "wms", "out", "runs")
+#: the figures the table shows, per section
+FIGURES = ("within_group_spearman", "spearman", "mae", "nll", "coverage_0.8", "var_error_spearman")
+
+
+def _figure(section: dict, name: str):
+    if name == "coverage_0.8":
+        return section["coverage"].get("0.8")
+    return section.get(name)
+
+
+def run(overrides: list[str]) -> Path:
+    opts, user = split_options(overrides, _OWN_KEYS)
+    config, profile = opts.get("config", "autoresearch"), opts["profile"]
+    seeds, warmup, base = PROFILES.get(config, _DEFAULT)[profile]
+    seeds, warmup = int(opts.get("seeds", seeds)), int(opts.get("warmup", warmup))
+    rest = [*base, *user, "estimator.mode=real"]
+    domain_cls = DOMAINS.get(load_config(config, rest).domain.name)
+    wms = opts["wms"].split(",") if "wms" in opts else list(domain_cls.world_models) or [None]
+    out = Path(opts.get("out", f"bench/out/wm-{config}-{profile}.json"))
+    work = out.parent / f"runs-{out.stem}"
+
+    given = [Path(p) for p in opts["runs"].split(",")] if "runs" in opts else None
+    per_seed = []
+    for seed in range(len(given) if given else seeds):
+        if given:
+            run_dir = given[seed]
+        else:
+            run_dir = work / f"seed{seed}"
+            shutil.rmtree(run_dir, ignore_errors=True)
+            run_one(config, rest, run_dir, "real", seed)
+        per_seed.append({"seed": seed, "run_dir": str(run_dir),
+                         "world_models": {str(w): evaluate_world_model(run_dir, w, warmup=warmup) for w in wms}})
+    summary: dict = {}
+    for w in map(str, wms):
+        sections = [k for k in per_seed[0]["world_models"][w] if isinstance(per_seed[0]["world_models"][w][k], dict)]
+        summary[w] = {
+            sec: {f: _median([_figure(s["world_models"][w][sec], f) for s in per_seed if s["world_models"][w].get(sec)])
+                  for f in FIGURES}
+            for sec in sections
+        }
+    result = {"benchmark": "wm", "config": config, "profile": profile, "overrides": rest, "warmup": warmup,
+              "seeds": [s["seed"] for s in per_seed], "summary": summary, "per_seed": per_seed}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(table(result))
+    return out
+
+
+def _median(xs) -> float | None:
+    xs = [x for x in xs if x is not None and x == x]
+    return float(np.median(xs)) if xs else None
+
+
+def table(result: dict) -> str:
+    lines = [
+        f"`wmrl bench wm config={result['config']} profile={result['profile']}`: seeds {result['seeds']}, "
+        f"warm-up {result['warmup']} real executions; medians over seeds",
+        "",
+        "| world model | data | within-group Spearman | Spearman | MAE | NLL | 80% interval coverage | Spearman(sd, abs error) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    fmt = lambda v: "—" if v is None else f"{v:.3f}"  # noqa: E731
+    for w, sections in result["summary"].items():
+        for sec, figs in sections.items():
+            lines.append(f"| {w} | {sec} | " + " | ".join(fmt(figs[f]) for f in FIGURES) + " |")
+    return "\n".join(lines) + "\n"
