@@ -39,12 +39,14 @@ bench: $(STAMP)
 
 # every figure of the README's Results section, full profiles (hours on 2 cores), then the section itself
 R := bench/results
+AR_REAL := $(R)/runs-speedup-autoresearch-full/real
 results: $(STAMP)
 	$(VENV)/bin/wmrl bench speedup config=synthetic-program out=$(R)/speedup-synthetic-program-full.json
 	$(VENV)/bin/wmrl bench speedup config=synthetic-control out=$(R)/speedup-synthetic-control-full.json
 	$(VENV)/bin/wmrl bench speedup config=autoresearch out=$(R)/speedup-autoresearch-full.json
-	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-full.json \
-	  runs=$(R)/runs-speedup-autoresearch-full/real/seed0,$(R)/runs-speedup-autoresearch-full/real/seed1,$(R)/runs-speedup-autoresearch-full/real/seed2
+	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-full.json wms=code-ridge,code-gaussian \
+	  runs=$(AR_REAL)/seed0,$(AR_REAL)/seed1,$(AR_REAL)/seed2
+	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-llm-full.json wms=code-llm runs=$(AR_REAL)/seed0
 	$(VENV)/bin/wmrl bench wm config=synthetic-control out=$(R)/wm-synthetic-control-full.json
 	$(VENV)/bin/wmrl bench sandbox out=$(R)/sandbox.json
 	$(VENV)/bin/wmrl bench rollout out=$(R)/rollout-full.json

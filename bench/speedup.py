@@ -133,26 +133,27 @@ def table(result: dict) -> str:
 
 
 def plot(result: dict, path: Path) -> None:
-    """Held-out ID reward against training wall-clock and against real executions, one line per run."""
+    """Held-out reward (ID top, OOD bottom) against training wall-clock and real executions, a line per run."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="row")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for c, (mode, m) in zip(colors * 2, result["modes"].items()):
         for i, run in enumerate(m["per_seed"]):
-            rows = [h for h in run["history"] if h.get("eval_test_id") is not None]
-            for ax, x in zip(axes, ("wall", "real_executions")):
-                ax.plot([h.get(x, 0.0) for h in rows], [h["eval_test_id"] for h in rows], color=c, alpha=0.8,
-                        marker="o", ms=3, label=mode if i == 0 else None)
-    axes[0].set_xlabel("training wall-clock (s)")
-    axes[1].set_xlabel("real training executions")
-    for ax in axes:
-        ax.set_ylabel("real held-out ID reward")
-        ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=8)
+            for row, split in zip(axes, ("test_id", "test_ood")):
+                pts = [h for h in run["history"] if h.get(f"eval_{split}") is not None]
+                for ax, x in zip(row, ("wall", "real_executions")):
+                    ax.plot([h.get(x, 0.0) for h in pts], [h[f"eval_{split}"] for h in pts], color=c, alpha=0.8,
+                            marker="o", ms=3, label=mode if i == 0 else None)
+    for row, split in zip(axes, ("ID", "OOD")):
+        row[0].set_ylabel(f"real held-out {split} reward")
+        for ax, x in zip(row, ("training wall-clock (s)", "real training executions")):
+            ax.set_xlabel(x)
+            ax.grid(alpha=0.3)
+    axes[0][1].legend(fontsize=8)
     fig.suptitle(f"wmrl bench speedup: {result['config']} ({result['profile']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -365,6 +365,8 @@ class Trainer:
         return self.history
 
     def close(self) -> None:
+        if self.world_model is not None:
+            self.world_model.wait()  # no background fit left running into interpreter shutdown
         self.metrics.close()
         self.store.close()
         self.env.close()

@@ -6,7 +6,10 @@ that step's real trajectories with only the earlier steps' to learn from
 (prequential, so every prediction is out of sample and drift over the run is
 visible), then learns from them, as the trainer's `fit` does. The held-out
 evaluation episodes (tasks never trained on), one section per held-out split,
-are then predicted by the WM fitted on the whole training stream. Any world model the run's domain offers
+are then predicted by the WM fitted on the whole training stream; and, as a WM
+deployed on new tasks would be used, each evaluation round after the first is
+predicted again having also learned from the earlier rounds on those tasks
+(sections `<split>_warm`). Any world model the run's domain offers
 can be measured on the same stream (`--world-model`), so two are compared on
 identical data. Metrics are `wmrl.world_models.fidelity`'s; JSON and a plot
 per section go to RUN_DIR/wm_eval/.
@@ -68,9 +71,21 @@ def evaluate_world_model(run_dir: str | Path, world_model: str | None = None, *,
             stream.extend(_predict(wm, batch))
         wm.fit([s.trajectory for s in batch])
         seen += len(batch)
+    held = sorted((s for s in stored if s.split != "train"), key=lambda s: s.step)
+    splits = list(dict.fromkeys(s.split for s in held))
     sections = {"stream": stream}
-    for split in dict.fromkeys(s.split for s in stored if s.split != "train"):
-        sections[split] = _predict(wm, [s for s in stored if s.split == split])
+    for split in splits:
+        sections[split] = _predict(wm, [s for s in held if s.split == split])
+    # then as a WM would be used on new tasks: warmed up on their earlier evaluation rounds
+    warm: dict[str, list[dict]] = {f"{split}_warm": [] for split in splits}
+    for i, (_, batch) in enumerate(groupby(held, key=lambda s: s.step)):
+        batch = list(batch)
+        if i:
+            for split in splits:
+                warm[f"{split}_warm"].extend(_predict(wm, [s for s in batch if s.split == split]))
+        wm.fit([s.trajectory for s in batch])
+    wm.wait()  # a fit still running in a thread must not outlive the process's torch runtime
+    sections.update(warm)
 
     out_dir = run_dir / "wm_eval"
     result: dict = {"run_dir": str(run_dir), "world_model": name, "warmup": warmup, "fitted_on": seen}

@@ -60,7 +60,7 @@ def test_wm_benchmark_measures_every_world_model_of_the_domain_on_the_same_runs(
     data = json.loads(out.read_text())
     assert set(data["summary"]) == {"perturbed-dynamics", "latent-dynamics"}
     for wm in data["summary"].values():
-        assert set(wm) == {"stream", "test_id", "test_ood"}
+        assert set(wm) == {"stream", "test_id", "test_ood", "test_id_warm", "test_ood_warm"}
         assert wm["stream"]["mae"] is not None
     runs = data["per_seed"][0]["world_models"]
     assert runs["perturbed-dynamics"]["stream"]["n"] == runs["latent-dynamics"]["stream"]["n"] == 3 * 16 - 16

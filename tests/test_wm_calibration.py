@@ -35,3 +35,16 @@ def test_static_failures_are_the_ones_the_sandbox_would_report():
     bound = ("import numpy as np\nfor i in range(3):\n    pass\nsq = [j * j for j in range(i)]\n"
              "def f(a, *b, **c):\n    return a\ntry:\n    f(sq)\nexcept ValueError as e:\n    print(e, np)\n")
     assert static_failure(bound) is None
+
+
+def test_a_classifier_on_a_continuous_target_is_a_certain_failure_for_that_task_only():
+    from types import SimpleNamespace
+
+    code = "import pandas as pd\nfrom sklearn.ensemble import RandomForestClassifier\nm = RandomForestClassifier(n_estimators=5)\n"
+    regression = SimpleNamespace(task_type="regression", metric="r2")
+    multi_reg = SimpleNamespace(task_type="multi-output", metric="rmse")
+    classification = SimpleNamespace(task_type="multiclass", metric="accuracy")
+    assert static_failure(code, regression).startswith("ValueError: Unknown label type")
+    assert static_failure(code, multi_reg) is not None
+    assert static_failure(code, classification) is None and static_failure(code) is None
+    assert static_failure(code.replace("Classifier", "Regressor"), regression) is None

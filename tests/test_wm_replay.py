@@ -60,6 +60,7 @@ def test_predictions_are_out_of_sample_and_follow_the_step_order(real_run):
     assert res["stream"]["mae"] > 0.1
     for split in ("test_id", "test_ood"):
         assert res[split]["n"] == 2 * 2 * 16  # evaluations (before, after) x eval_samples x held-out tasks
+        assert res[f"{split}_warm"]["n"] == 2 * 16  # the round after the first, warmed up on the first
     written = json.loads((real_run / "wm_eval" / "test-memorizer.json").read_text())
     assert written["stream"]["n"] == res["stream"]["n"]
     assert (real_run / "wm_eval" / "test-memorizer-stream.png").exists()

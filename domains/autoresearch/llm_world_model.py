@@ -12,7 +12,8 @@ each turn's script runs on its own in a fresh submission, so its outcome is a
 function of (task, script), and a short prompt keeps the K samples cheap.
 Decided without the LM, as the sandbox would: a reply without a fenced code
 block is `invalid`, and code that certainly fails (`static_failure`: a syntax
-error, a name never defined or imported) is an `error`, both with the task's
+error, a name never defined or imported, a classifier on a continuous target)
+is an `error`, both with the task's
 failure reward and a small variance. For an intermediate turn the
 simulated sandbox report (the next observation) is the predicted log, in the
 real report's shape (`status: ...` and then the log); an unknown prediction
@@ -90,7 +91,7 @@ def anchor_examples(anchors: Sequence[Trajectory], *, log_chars: int = 400, digi
             if info.get("simulated") or status not in OUTCOME_STATUSES or reward is None:
                 continue
             code = extract_code(reply)
-            if static_failure(code) is not None:
+            if static_failure(code, traj.task.payload) is not None:
                 continue
             log = None
             if t + 1 < len(traj.observations):
@@ -166,7 +167,7 @@ class LLMOutcomeModel(WorldModel):
                 continue
             self._turn[i] += 1
             code = extract_code(reply)
-            problem = _NO_CODE if code is None else static_failure(code)
+            problem = _NO_CODE if code is None else static_failure(code, self._tasks[i].payload)
             if problem is not None:
                 status = "invalid" if code is None else "error"
                 verdicts[i] = (status, self._failure(i), DECIDED_VAR, f"status: {status}\n{problem}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 from typing import Any, Sequence
 
 import numpy as np
@@ -33,13 +34,17 @@ from wmrl.world_models.features import hashed_ngrams
 _BUILTINS = frozenset(dir(builtins))
 
 
-def static_failure(code: str | None) -> str | None:
+_CLASSIFIER_CALL = re.compile(r"\b(?:\w*Classifier|LogisticRegression\w*|SVC|LinearSVC)\(")
+
+
+def static_failure(code: str | None, task: Any = None) -> str | None:
     """Why a script certainly fails before it computes anything, or None.
 
     No code block, a syntax error, or a name the script loads but never defines
     or imports (the commonest failure of a small agent: `LogisticRegression`
-    used, never imported). The sandbox would report the same, so the world
-    model need not guess.
+    used, never imported); given the task (an `ARTask`), also a classifier
+    fitted to a continuous target, which scikit-learn refuses. The sandbox
+    would report the same, so the world model need not guess.
     """
     if code is None:
         return "no code block"
@@ -62,7 +67,13 @@ def static_failure(code: str | None) -> str | None:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             defined.add(node.name)
     missing = sorted(loaded - defined)
-    return f"NameError: name {missing[0]!r} is not defined" if missing else None
+    if missing:
+        return f"NameError: name {missing[0]!r} is not defined"
+    continuous = task is not None and (task.task_type == "regression" or (
+        task.task_type == "multi-output" and task.metric in ("r2", "rmse")))
+    if continuous and _CLASSIFIER_CALL.search(code):
+        return "ValueError: Unknown label type: continuous (a classifier on a regression target)"
+    return None
 
 
 class CodeOutcomeModel(WorldModel):
@@ -87,13 +98,16 @@ class CodeOutcomeModel(WorldModel):
         # code x task-kind crossings: a classifier on a regression target, predict_proba for a label metric
         kind = f"{t.task_type}|{t.metric}|"
         quoted = [f'"{c}"' in code or f"'{c}'" in code for c in t.target_columns]
-        flags = np.array([float(all(quoted)), float(any(quoted)), min(len(code) / 2000.0, 1.0)])
+        # a script written for another task names that task's submission columns: the shape check fails
+        sub = [f'"{c}"' in code or f"'{c}'" in code for c in t.submission_columns]
+        flags = np.array([float(all(quoted)), float(any(quoted)), float(all(sub)), float(any(sub)),
+                          min(len(code) / 2000.0, 1.0)])
         return np.concatenate([hashed_ngrams(code, self.dim), hashed_ngrams(code, self.dim // 2, n=1, salt=kind),
                                fam, flags])
 
     def score(self, tasks: Sequence[Task], replies: Sequence[str]) -> list[tuple[float, float]]:
         codes = [extract_code(r) for r in replies]
-        ok = [static_failure(c) is None for c in codes]
+        ok = [static_failure(c, t.payload) is None for c, t in zip(codes, tasks)]
         rows = [self.features(t, c) for t, c, good in zip(tasks, codes, ok) if good]
         mean, var = self.model.predict(np.asarray(rows)) if rows else (np.zeros(0), np.zeros(0))
         it = iter(zip(np.clip(mean, 0.0, 1.0), self.calibrator.apply(var)))
@@ -124,7 +138,7 @@ class CodeOutcomeModel(WorldModel):
         for traj in anchors:
             for reply, info in zip(traj.actions, traj.infos):
                 code = extract_code(reply)
-                if static_failure(code) is None and info.get("turn_reward") is not None:
+                if static_failure(code, traj.task.payload) is None and info.get("turn_reward") is not None:
                     X.append(self.features(traj.task, code))
                     y.append(info["turn_reward"])
         if X:
