@@ -43,7 +43,15 @@ AR_REAL := $(R)/runs-speedup-autoresearch-full/real
 results: $(STAMP)
 	$(VENV)/bin/wmrl bench speedup config=synthetic-program out=$(R)/speedup-synthetic-program-full.json
 	$(VENV)/bin/wmrl bench speedup config=synthetic-control out=$(R)/speedup-synthetic-control-full.json
+	$(VENV)/bin/wmrl bench speedup config=synthetic-program estimator.advantage.standardize=false \
+	  out=$(R)/speedup-synthetic-program-centred-full.json
 	$(VENV)/bin/wmrl bench speedup config=autoresearch out=$(R)/speedup-autoresearch-full.json
+	$(VENV)/bin/wmrl bench estimators config=synthetic-program out=$(R)/estimators-synthetic-program-full.json
+	$(VENV)/bin/wmrl bench estimators config=synthetic-control out=$(R)/estimators-synthetic-control-full.json
+	$(VENV)/bin/wmrl bench estimators config=synthetic-program estimator.advantage.standardize=false \
+	  out=$(R)/estimators-synthetic-program-centred-full.json
+	$(VENV)/bin/wmrl bench estimators config=synthetic-control estimator.advantage.standardize=false \
+	  out=$(R)/estimators-synthetic-control-centred-full.json
 	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-full.json wms=code-ridge,code-gaussian \
 	  runs=$(AR_REAL)/seed0,$(AR_REAL)/seed1,$(AR_REAL)/seed2
 	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-llm-full.json wms=code-llm runs=$(AR_REAL)/seed0

@@ -10,15 +10,18 @@ differ in any of those (`IncomparableRuns`).
 from __future__ import annotations
 
 import hashlib
+import json
 import math
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from wmrl.api import build_trainer
 from wmrl.config import load_config, to_yaml
+from wmrl.core.metrics import read_jsonl
 
 
 class IncomparableRuns(ValueError):
@@ -35,6 +38,7 @@ class RunRecord:
     real_executions: int  # real training episodes (held-out evaluation episodes not counted)
     wall: float
     real_wall: float
+    signal_cosine: float = float("nan")  # mean over steps of `advantage_cosine_oracle` (NaN: no free true reward)
 
 
 def split_options(overrides: Sequence[str], own: Sequence[str]) -> tuple[dict[str, str], list[str]]:
@@ -48,20 +52,65 @@ def split_options(overrides: Sequence[str], own: Sequence[str]) -> tuple[dict[st
     return opts, [o for o in overrides if o.split("=", 1)[0] not in own]
 
 
+def output_paths(opts: dict[str, str], default: str) -> tuple[Path, Path]:
+    """The JSON path (`out=`, else `default`) and the folder beside it that holds the benchmark's runs."""
+    out = Path(opts.get("out", default))
+    return out, out.parent / f"runs-{out.stem}"
+
+
+def write_result(out: Path, result: dict, table: Callable[[dict], str],
+                 plot: Callable[[dict, Path], None] | None = None) -> Path:
+    """A benchmark's JSON at `out`, its Markdown table beside it (.md) and its plot (.png) if it has one."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(table(result))
+    if plot is not None:
+        plot(result, out.with_suffix(".png"))
+    return out
+
+
 def task_digest(tasks) -> str:
     return hashlib.sha256("|".join(t.id for t in tasks).encode()).hexdigest()[:16]
 
 
-def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, seed: int) -> RunRecord:
+def bool_option(opts: dict[str, str], key: str) -> bool:
+    value = opts.get(key, "false")
+    if value not in ("true", "false"):
+        raise KeyError(f"{key}={value!r}: choose true or false")
+    return value == "true"
+
+
+def _fresh_run_dir(run_dir: Path, config_text: str) -> None:
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(config_text)  # a self-describing run folder (`wmrl eval-wm` reads it)
+
+
+def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, seed: int,
+            reuse: bool = False) -> RunRecord:
+    """One run of a comparison, trained from scratch; with `reuse`, a finished run of the same
+    config already in `run_dir` is taken as it is (a benchmark cut short goes on where it stopped).
+
+    A partial run is never resumed here: its replayed steps would read their executions back
+    from the store, so their wall-clock would not be what executing them costs.
+    """
     cfg = load_config(config, [*overrides, f"trainer.seed={seed}", f"run_dir={run_dir}", "tensorboard=false"])
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
-    (Path(run_dir) / "config.yaml").write_text(to_yaml(cfg))  # a self-describing run folder (`wmrl eval-wm` reads it)
+    run_dir, text = Path(run_dir), to_yaml(cfg)
+    saved = run_dir / "config.yaml"
+    if not (reuse and saved.exists() and saved.read_text() == text):
+        _fresh_run_dir(run_dir, text)
     trainer = build_trainer(cfg)
+    if 0 < trainer.step < cfg.trainer.steps:
+        trainer.close()
+        _fresh_run_dir(run_dir, text)
+        trainer = build_trainer(cfg)
     try:
         history = trainer.train()
+        steps = read_jsonl(Path(run_dir) / "metrics.jsonl")
         return RunRecord(
             mode, seed, trainer.step, task_digest(trainer.train_tasks), history,
             trainer.real_executions, trainer.wall, trainer.real_wall,
+            _mean([row.get("advantage_cosine_oracle") for row in steps]),
         )
     finally:
         trainer.close()
@@ -85,9 +134,23 @@ def check_comparable(runs: Sequence[RunRecord]) -> None:
             )
 
 
-def _median(xs: Sequence[float]) -> float:
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
+def fmt(v: float | None, spec: str = "{:.3f}") -> str:
+    """A table cell: the number, or a dash where it was not measured (None or NaN)."""
+    return "—" if v is None or v != v else spec.format(v)
+
+
+def _finite(xs: Sequence[float | None]) -> list[float]:
+    return [x for x in xs if x is not None and math.isfinite(x)]
+
+
+def _median(xs: Sequence[float | None]) -> float:
+    xs = _finite(xs)
     return float(np.median(xs)) if xs else float("nan")
+
+
+def _mean(xs: Sequence[float | None]) -> float:
+    xs = _finite(xs)
+    return float(np.mean(xs)) if xs else float("nan")
 
 
 def time_to_reach(history: list[dict], target: float, key: str = "eval_test_id") -> float | None:
@@ -117,10 +180,11 @@ def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
             "wall_median": _median([r.wall for r in rs]),
             "real_wall_share_median": _median([r.real_wall / r.wall if r.wall else float("nan") for r in rs]),
             "real_executions_median": _median([float(r.real_executions) for r in rs]),
+            "signal_cosine_median": _median([r.signal_cosine for r in rs]),
             "time_to_reference_final_median": _median([x for x in reach if x is not None]) if any(x is not None for x in reach) else None,
             "reached_reference_final": sum(x is not None for x in reach),
             "per_seed": [{"seed": r.seed, "final": r.history[-1], "history": r.history, "wall": r.wall,
-                          "real_executions": r.real_executions} for r in rs],
+                          "real_executions": r.real_executions, "signal_cosine": r.signal_cosine} for r in rs],
         }
     if reference in modes:
         ref = out["modes"][reference]

@@ -14,14 +14,13 @@ Overrides: `batch=1,4,8,16`, `repeats=N` (3), `profile=quick|full`,
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from wmrl.bench.harness import split_options
+from wmrl.bench.harness import split_options, write_result
 from wmrl.config import load_config
 from wmrl.core.registry import DOMAINS
 from wmrl.domains.autoresearch.corpus import format_prompt
@@ -59,10 +58,7 @@ def run(overrides: list[str]) -> Path:
               "max_new_tokens": cfg.domain.max_new_tokens, "repeats": repeats, "device": "cpu",
               "torch_threads": torch.get_num_threads(), "rows": rows}
     out = Path(opts.get("out", f"bench/out/rollout-{profile}.json"))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(table(result))
-    return out
+    return write_result(out, result, table)
 
 
 def table(result: dict) -> str:

@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from wmrl.bench.harness import write_result
 from wmrl.domains.autoresearch.sandbox import Sandbox, SandboxLimits, SandboxPool
 
 TRIVIAL = "print(1)\n"
@@ -171,10 +172,7 @@ def run(overrides: list[str]) -> Path:
         },
         "duration_s": time.time() - started,
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(table(result))
-    return out
+    return write_result(out, result, table)
 
 
 def table(result: dict) -> str:

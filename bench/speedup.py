@@ -10,7 +10,9 @@ seeds, the share of step time spent in real execution and the ideal speed-up
 that share implies, and whether the targets of DESIGN section 6 hold.
 
 Overrides: `config=NAME` (synthetic-program | synthetic-control | autoresearch),
-`profile=quick|full` (default full), `seeds=N`, `modes=a,b,...`, `out=PATH`, and
+`profile=quick|full` (default full), `seeds=N`, `modes=a,b,...`, `out=PATH`,
+`resume=true` (keep the finished runs of an earlier invocation with the same
+config, e.g. one cut short, and run only the rest), and
 any run-config key (e.g. `trainer.steps=40`), applied to every mode after the
 profile's own. `quick` is a smoke run of the whole pipeline (about 5 minutes
 on 2 cores once the embedded agent is cached); `full` is the measurement.
@@ -18,11 +20,10 @@ on 2 cores once the embedded agent is cached); `full` is the measurement.
 
 from __future__ import annotations
 
-import json
-import shutil
+import math
 from pathlib import Path
 
-from wmrl.bench.harness import run_one, split_options, summarize
+from wmrl.bench.harness import bool_option, fmt, output_paths, run_one, split_options, summarize, write_result
 
 #: mode name -> overrides; the ablation ladder of DESIGN section 2
 MODES = {
@@ -57,7 +58,7 @@ PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
         "full": (3, tuple(MODES), ["trainer.steps=20", "trainer.eval_every=5"]),
     },
 }
-_OWN_KEYS = ("config", "seeds", "modes", "out")
+_OWN_KEYS = ("config", "seeds", "modes", "out", "resume")
 
 
 def run(overrides: list[str]) -> Path:
@@ -66,25 +67,20 @@ def run(overrides: list[str]) -> Path:
     seeds, modes, base = PROFILES.get(config, {}).get(profile, (3, LADDER, []))
     seeds = int(opts.get("seeds", seeds))
     modes = tuple(opts["modes"].split(",")) if "modes" in opts else modes
+    reuse = bool_option(opts, "resume")
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise KeyError(f"modes: unknown {', '.join(unknown)}; available: {', '.join(MODES)}")
     rest = [*base, *user]
-    out = Path(opts.get("out", f"bench/out/speedup-{config}-{profile}.json"))
-    work = out.parent / f"runs-{out.stem}"
+    out, work = output_paths(opts, f"bench/out/speedup-{config}-{profile}.json")
     runs = []
     for seed in range(seeds):
         for mode in modes:  # interleaved: drift hits every mode alike
             run_dir = work / mode / f"seed{seed}"
-            shutil.rmtree(run_dir, ignore_errors=True)  # a benchmark never resumes a stale run
-            runs.append(run_one(config, [*rest, *MODES[mode]], run_dir, mode, seed))
+            runs.append(run_one(config, [*rest, *MODES[mode]], run_dir, mode, seed, reuse=reuse))
     result = {"benchmark": "speedup", "config": config, "profile": profile, "overrides": rest, **summarize(runs)}
     result["targets"] = targets(result)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(table(result))
-    plot(result, out.with_suffix(".png"))
-    return out
+    return write_result(out, result, table, plot)
 
 
 def targets(result: dict) -> dict:
@@ -107,27 +103,27 @@ def targets(result: dict) -> dict:
     return out
 
 
-def _f(v, fmt="{:.3f}") -> str:
-    return "—" if v is None or v != v else fmt.format(v)
-
-
 def table(result: dict) -> str:
     """The Markdown results table (medians over seeds; spread = max - min)."""
+    modes = result["modes"]
+    # only where the true reward is free (synthetic): cosine of the update's signal with the true advantages
+    cosine = any(math.isfinite(m.get("signal_cosine_median", float("nan"))) for m in modes.values())
     lines = [
         f"`wmrl bench speedup config={result['config']} profile={result['profile']}`: seeds {result['seeds']}, "
         f"overrides {result['overrides'] or 'none'}",
         "",
         "| mode | held-out ID: start → final (spread) | held-out OOD | train wall (s) | real execs | real share of step time "
-        "| ideal speed-up | reached real's final | time to it (s) | sooner than real |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| ideal speed-up | reached real's final | time to it (s) | sooner than real |" + (" signal vs true (cos) |" if cosine else ""),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if cosine else ""),
     ]
-    for mode, m in result["modes"].items():
+    for mode, m in modes.items():
         lines.append(
-            f"| {mode} | {_f(m['initial_test_id_median'])} → {_f(m['final_test_id_median'])} ({_f(m['final_test_id_spread'])}) "
-            f"| {_f(m['final_test_ood_median'])} | {_f(m['wall_median'], '{:.1f}')} "
-            f"| {_f(m['real_executions_median'], '{:.0f}')} | {_f(m['real_wall_share_median'], '{:.0%}')} "
-            f"| {_f(m.get('ideal_speedup'), '{:.2f}x')} | {m['reached_reference_final']}/{len(m['per_seed'])} "
-            f"| {_f(m['time_to_reference_final_median'], '{:.1f}')} | {_f(m.get('speedup_to_reference_final'), '{:.2f}x')} |"
+            f"| {mode} | {fmt(m['initial_test_id_median'])} → {fmt(m['final_test_id_median'])} ({fmt(m['final_test_id_spread'])}) "
+            f"| {fmt(m['final_test_ood_median'])} | {fmt(m['wall_median'], '{:.1f}')} "
+            f"| {fmt(m['real_executions_median'], '{:.0f}')} | {fmt(m['real_wall_share_median'], '{:.0%}')} "
+            f"| {fmt(m.get('ideal_speedup'), '{:.2f}x')} | {m['reached_reference_final']}/{len(m['per_seed'])} "
+            f"| {fmt(m['time_to_reference_final_median'], '{:.1f}')} | {fmt(m.get('speedup_to_reference_final'), '{:.2f}x')} |"
+            + (f" {fmt(m.get('signal_cosine_median'))} |" if cosine else "")
         )
     t = result.get("targets") or {}
     if t:

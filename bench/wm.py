@@ -10,19 +10,17 @@ seeds; JSON and a Markdown table.
 Overrides: `config=NAME` (default autoresearch), `profile=quick|full`,
 `seeds=N`, `warmup=N` (real executions before predictions count), `wms=a,b`,
 `out=PATH`, `runs=DIR,DIR` (measure on existing run folders, e.g. the `real`
-runs of `wmrl bench speedup`, instead of training new ones), and any
-run-config key for the runs.
+runs of `wmrl bench speedup`, instead of training new ones), `resume=true`
+(keep finished runs of an earlier invocation), and any run-config key for the runs.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 
-from wmrl.bench.harness import run_one, split_options
+from wmrl.bench.harness import bool_option, output_paths, run_one, split_options, write_result
 from wmrl.config import load_config
 from wmrl.core.registry import DOMAINS
 from wmrl.wm_eval import evaluate_world_model
@@ -36,7 +34,7 @@ PROFILES = {
 }
 _DEFAULT = {"quick": (1, 16, ["trainer.steps=10", "trainer.eval_every=0"]),
             "full": (3, 32, ["trainer.steps=30", "trainer.eval_every=0"])}
-_OWN_KEYS = ("config", "seeds", "warmup", "wms", "out", "runs")
+_OWN_KEYS = ("config", "seeds", "warmup", "wms", "out", "runs", "resume")
 #: the figures the table shows, per section
 FIGURES = ("within_group_spearman", "spearman", "mae", "nll", "coverage_0.8", "var_error_spearman")
 
@@ -55,8 +53,7 @@ def run(overrides: list[str]) -> Path:
     rest = [*base, *user, "estimator.mode=real"]
     domain_cls = DOMAINS.get(load_config(config, rest).domain.name)
     wms = opts["wms"].split(",") if "wms" in opts else list(domain_cls.world_models) or [None]
-    out = Path(opts.get("out", f"bench/out/wm-{config}-{profile}.json"))
-    work = out.parent / f"runs-{out.stem}"
+    out, work = output_paths(opts, f"bench/out/wm-{config}-{profile}.json")
 
     given = [Path(p) for p in opts["runs"].split(",")] if "runs" in opts else None
     per_seed = []
@@ -65,8 +62,7 @@ def run(overrides: list[str]) -> Path:
             run_dir = given[seed]
         else:
             run_dir = work / f"seed{seed}"
-            shutil.rmtree(run_dir, ignore_errors=True)
-            run_one(config, rest, run_dir, "real", seed)
+            run_one(config, rest, run_dir, "real", seed, reuse=bool_option(opts, "resume"))
         per_seed.append({"seed": seed, "run_dir": str(run_dir),
                          "world_models": {str(w): evaluate_world_model(run_dir, w, warmup=warmup) for w in wms}})
     summary: dict = {}
@@ -79,10 +75,7 @@ def run(overrides: list[str]) -> Path:
         }
     result = {"benchmark": "wm", "config": config, "profile": profile, "overrides": rest, "warmup": warmup,
               "seeds": [s["seed"] for s in per_seed], "summary": summary, "per_seed": per_seed}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(table(result))
-    return out
+    return write_result(out, result, table)
 
 
 def _median(xs) -> float | None:

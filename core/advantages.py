@@ -40,3 +40,27 @@ def group_advantages(rewards: Sequence[float | None], cfg: AdvantageConfig) -> l
     for i, ai in zip(graded, a):
         out[i] = float(ai)
     return out
+
+
+def signal_cosine(
+    advantages: Sequence[Sequence[float | None]],
+    weights: Sequence[Sequence[float]],
+    oracle_advantages: Sequence[Sequence[float | None]],
+) -> float:
+    """Cosine between what the update pushes on each trajectory (weight x advantage, 0 where
+    excluded) and the advantages the true rewards would give.
+
+    A diagnostic for domains whose true reward is free (synthetic): it says how far the
+    estimated gradient signal points where real execution on every trajectory would, which
+    is what the corrections are meant to improve. Trajectories without a true advantage
+    are left out; NaN when nothing is left.
+    """
+    est, ref = [], []
+    for advs, ws, oracle in zip(advantages, weights, oracle_advantages):
+        for a, w, o in zip(advs, ws, oracle):
+            if o is not None:
+                est.append(0.0 if a is None else w * a)
+                ref.append(o)
+    e, r = np.array(est), np.array(ref)
+    norm = float(np.linalg.norm(e) * np.linalg.norm(r))
+    return float(e @ r / norm) if norm > 0 else float("nan")

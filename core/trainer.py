@@ -23,11 +23,12 @@ import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
+from wmrl.core.advantages import group_advantages, signal_cosine
 from wmrl.core.anchors import AnchorConfig, AnchorScheduler
 from wmrl.core.deadline import DeadlineWorldModel
 from wmrl.core.domain import Domain
@@ -71,6 +72,10 @@ class TrainerConfig:
                 raise ValueError(f"trainer.wm_warm_start: no run store at {path}; point it at a run's store.sqlite")
 
 
+#: called after each step with (step, groups, estimate); what it returns is logged with the step's metrics
+StepObserver = Callable[[int, list[Group], Estimate], dict]
+
+
 class Trainer:
     def __init__(
         self,
@@ -95,6 +100,7 @@ class Trainer:
         self.policy = domain.make_policy(trainer.seed)
         self.engine = Engine(self.policy.module, engine)
         self.estimator = build_estimator(estimator, anchors.fraction)
+        self._advantage_cfg = estimator.advantage
         self.env = domain.make_real_env()
         self.world_model = domain.make_world_model() if self.estimator.uses_world_model else None
         if self.world_model is not None and trainer.wm_timeout_s:
@@ -110,6 +116,7 @@ class Trainer:
         self.real_wall = 0.0  # cumulative wall-clock of real execution, survives resume
         self.wall = 0.0
         self.real_executions = 0  # real training episodes consumed (eval episodes not counted)
+        self.observers: list[StepObserver] = []  # diagnostics that look at every step (benchmarks); outside the wall
         self._resume()
         if self.step == 0 and self.world_model is not None and trainer.wm_warm_start:
             self._warm_start(trainer.wm_warm_start)
@@ -267,11 +274,13 @@ class Trainer:
         self.real_wall += times["time_real"]
         self.wall += step_time
         self.real_executions += int(times["real_executions"])
+        observed = self._observe(step, groups, est)
         return {
             **est.diagnostics,
             **update,
             **times,
-            "reward_oracle": self._oracle_mean(groups),
+            **self.oracle_diagnostics(groups, est),
+            **observed,
             "time_update": update_time,
             "time_step": step_time,
             "wall": self.wall,
@@ -293,10 +302,25 @@ class Trainer:
             except Exception as exc:  # a WM that fails to learn must not stop training
                 log.warning("world model fit failed: %r", exc)
 
-    def _oracle_mean(self, groups: list[Group]) -> float:
-        vals = [self.domain.oracle_reward(t) for g in groups for t in g.trajectories]
-        vals = [v for v in vals if v is not None]
-        return float(np.mean(vals)) if vals else float("nan")
+    def _observe(self, step: int, groups: list[Group], est: Estimate) -> dict:
+        out: dict = {"observer_errors": 0.0} if self.observers else {}
+        for observe in self.observers:
+            try:
+                out.update(observe(step, groups, est))
+            except Exception as exc:  # a diagnostic must not stop training
+                log.warning("step observer %r failed: %r", observe, exc)
+                out["observer_errors"] += 1.0
+        return out
+
+    def oracle_diagnostics(self, groups: list[Group], est: Estimate) -> dict:
+        """The true mean reward and how well the update's signal agrees with it (NaN where not free)."""
+        oracle = [[self.domain.oracle_reward(t) for t in g.trajectories] for g in groups]
+        vals = [v for vs in oracle for v in vs if v is not None]
+        if not vals:
+            return {"reward_oracle": float("nan"), "advantage_cosine_oracle": float("nan")}
+        ref = [group_advantages(vs, self._advantage_cfg) for vs in oracle]
+        return {"reward_oracle": float(np.mean(vals)),
+                "advantage_cosine_oracle": signal_cosine(est.advantages, est.weights, ref)}
 
     # ------------------------------------------------------------------ update
     def _update(self, groups: list[Group], est: Estimate) -> dict:

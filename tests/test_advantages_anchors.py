@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wmrl.core.advantages import AdvantageConfig, group_advantages
+from wmrl.core.advantages import AdvantageConfig, group_advantages, signal_cosine
 from wmrl.core.anchors import AnchorConfig, AnchorScheduler
 
 grades = st.lists(st.one_of(st.none(), st.floats(0, 1)), min_size=0, max_size=16)
@@ -33,6 +33,18 @@ def test_standardize_switch_and_order():
     assert np.std([a[0], a[2], a[3]]) == pytest.approx(1.0, rel=1e-4)
     c = group_advantages(rs, AdvantageConfig(standardize=False))
     assert [c[0], c[2], c[3]] == pytest.approx([-0.4, 0.0, 0.4])
+
+
+def test_signal_cosine_weights_exclusions_and_missing_truth():
+    oracle = [[-1.0, 1.0], [1.0, -1.0]]
+    assert signal_cosine([[-2.0, 2.0], [1.0, -1.0]], [[1.0, 1.0], [2.0, 2.0]], oracle) == pytest.approx(1.0)
+    assert signal_cosine([[1.0, -1.0], [-1.0, 1.0]], [[1.0] * 2] * 2, oracle) == pytest.approx(-1.0)
+    # an excluded trajectory pushes nothing: half the true signal is missed
+    half = signal_cosine([[-1.0, 1.0], [None, None]], [[1.0] * 2] * 2, oracle)
+    assert half == pytest.approx(np.sqrt(0.5))
+    # where the truth is unknown the trajectory is left out, whatever it pushes
+    assert signal_cosine([[-1.0, 1.0], [5.0, 5.0]], [[1.0] * 2] * 2, [[-1.0, 1.0], [None, None]]) == pytest.approx(1.0)
+    assert np.isnan(signal_cosine([[1.0]], [[1.0]], [[None]]))
 
 
 def test_min_graded_skips_group():

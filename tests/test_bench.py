@@ -66,3 +66,63 @@ def test_wm_benchmark_measures_every_world_model_of_the_domain_on_the_same_runs(
     runs = data["per_seed"][0]["world_models"]
     assert runs["perturbed-dynamics"]["stream"]["n"] == runs["latent-dynamics"]["stream"]["n"] == 3 * 16 - 16
     assert "| latent-dynamics | stream |" in out.with_suffix(".md").read_text()
+
+
+def test_estimators_benchmark_scores_every_variant_on_the_same_groups(tmp_path):
+    out = run_benchmark("estimators", [f"out={tmp_path / 'e.json'}", "seeds=1", "trainer.steps=4",
+                                       "trainer.groups_per_step=4", "domain.real_delay_s=0"])
+    data = json.loads(out.read_text())
+    v = data["variants"]
+    assert set(v) == {"wm", "wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl"}
+    assert all(len(x["curve"]) == 4 for x in v.values())
+    # the same groups, but only the WMRL variants use the anchors' real grades: a truer signal
+    assert v["wm"]["cosine_median"] < v["wmrl-none"]["cosine_median"]
+    assert v["wmrl-none"]["vs_none_median_diff"] == 0.0
+    assert sorted(data["order_measured"]) == sorted(["wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl"])
+    assert "| wmrl-denoise |" in out.with_suffix(".md").read_text() and out.with_suffix(".png").exists()
+    with pytest.raises(KeyError, match="free true reward"):
+        run_benchmark("estimators", ["config=autoresearch"])
+
+
+def test_results_section_is_rendered_from_the_json_between_the_markers(tmp_path):
+    from wmrl.bench.speedup import targets
+
+    result = {"benchmark": "speedup", "config": "synthetic-program", "profile": "full", "overrides": [],
+              **summarize([rec("real", s, final=0.75 + 0.05 * s, wall=40.0) for s in range(3)]
+                          + [rec("wmrl", s, final=0.7 + 0.05 * s, wall=10.0) for s in range(3)])}
+    result["targets"] = targets(result)
+    (tmp_path / "speedup-synthetic-program-full.json").write_text(json.dumps(result))
+    readme = tmp_path / "README.md"
+    readme.write_text("intro\n<!-- results:start -->\nstale\n<!-- results:end -->\noutro\n")
+    run_benchmark("results", [f"dir={tmp_path}", f"readme={readme}"])
+    text = readme.read_text()
+    assert text.startswith("intro\n") and text.endswith("outro\n") and "stale" not in text
+    row = next(line for line in text.splitlines() if line.startswith("| synthetic-program |"))
+    # wmrl's median 0.75 is within real's spread (0.1) of real's 0.80; no wm mode, no ladder: not measured
+    assert "| 0.800 (0.100) | 0.750 (0.100) |" in row and "| 4.00x |" in row and row.endswith("| no | yes | — | — |")
+    assert "Not measured yet:" in text and "`speedup-autoresearch-full.json`" in text
+    readme.write_text("no markers\n")
+    with pytest.raises(KeyError, match="markers"):
+        run_benchmark("results", [f"dir={tmp_path}", f"readme={readme}"])
+
+
+def test_resume_keeps_finished_runs_of_the_same_config_and_reruns_the_rest(tmp_path):
+    args = [f"out={tmp_path / 'm.json'}", "seeds=1", "modes=real,wmrl", "trainer.steps=2", "trainer.eval_samples=1",
+            "trainer.groups_per_step=4", "trainer.checkpoint_every=1", "domain.real_delay_s=0"]
+    first = json.loads(run_benchmark("speedup", args).read_text())
+    walls = {m: v["per_seed"][0]["wall"] for m, v in first["modes"].items()}
+    run_dir = tmp_path / "runs-m" / "wmrl" / "seed0"
+    (run_dir / "marker").write_text("left by the first invocation")
+    kept = json.loads(run_benchmark("speedup", [*args, "resume=true"]).read_text())
+    assert {m: v["per_seed"][0]["wall"] for m, v in kept["modes"].items()} == walls  # taken, not retrained
+    assert kept["modes"]["wmrl"]["per_seed"][0]["history"] == first["modes"]["wmrl"]["per_seed"][0]["history"]
+    assert (run_dir / "marker").exists()
+    # a run cut short (its last checkpoint before the end) is started over, never resumed part-way
+    (run_dir / "checkpoints" / "latest").write_text("step000001")
+    again = json.loads(run_benchmark("speedup", [*args, "resume=true", "modes=wmrl"]).read_text())
+    assert not (run_dir / "marker").exists() and again["modes"]["wmrl"]["per_seed"][0]["final"]["step"] == 2
+    # another config is another run: retrained, not mixed in
+    changed = json.loads(run_benchmark("speedup", [*args, "resume=true", "engine.lr=0.01"]).read_text())
+    assert changed["modes"]["real"]["per_seed"][0]["wall"] != walls["real"]
+    with pytest.raises(KeyError, match="resume"):
+        run_benchmark("speedup", [*args, "resume=maybe"])

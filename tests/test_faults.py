@@ -117,3 +117,21 @@ def test_a_hanging_world_model_costs_unknown_grades_not_the_run(tmp_path):
     # without the deadline every hang would only be slow and every grade known
     assert sum(r["unknown_wm"] for r in rows) > 0  # the overrun calls, and those made while it was still busy
     assert any(r["unknown_wm"] == 0 for r in rows)  # and it serves again once free
+
+
+def test_a_failing_step_observer_is_counted_not_fatal(tmp_path):
+    t = Trainer(ProgramDomain(ProgramConfig()), trainer=TrainerConfig(steps=4, eval_every=0, eval_samples=1),
+                estimator=EstimatorConfig(mode="wmrl"), anchors=AnchorConfig(fraction=0.25), engine=EngineConfig(),
+                run_dir=tmp_path, tensorboard=False)
+
+    def flaky(step, groups, est):
+        if step % 2:
+            raise RuntimeError("diagnostic bug")
+        return {"groups_seen": float(len(groups))}
+
+    t.observers.append(flaky)
+    t.train()
+    t.close()
+    rows = read_jsonl(tmp_path / "metrics.jsonl")
+    assert [r["observer_errors"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
+    assert [r.get("groups_seen") for r in rows] == [None, 8.0, None, 8.0]

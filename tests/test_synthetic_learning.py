@@ -8,6 +8,7 @@ from wmrl.core.anchors import AnchorConfig
 from wmrl.core.engine import EngineConfig
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.loss import SurrogateBatch
+from wmrl.core.metrics import read_jsonl
 from wmrl.core.trainer import Trainer, TrainerConfig
 from wmrl.domains.synthetic.control import ControlConfig, ControlDomain
 from wmrl.domains.synthetic.program import ProgramConfig, ProgramDomain
@@ -44,6 +45,19 @@ def test_reordering_bias_wm_lags_real_and_wmrl_closes_most_of_the_gap(tmp_path):
     wmrl = _final_reward(tmp_path, dom, "wmrl")
     assert real - wm > 0.15, (real, wm)  # pure WM learns the hacks
     assert wmrl - wm > 0.6 * (real - wm), (real, wm, wmrl)  # debias + denoise close most of the gap
+
+
+def test_logged_signal_cosine_ranks_real_above_wmrl_above_wm(tmp_path):
+    # real grades are the truth here, so real mode's signal is the true one; the hacking WM's is not
+    dom = ProgramConfig(wm_hack=0.6, wm_shape=2.0, wm_noise=0.05, wm_noise_hetero=0.1)
+    cos = {}
+    for mode in ("real", "wm", "wmrl"):
+        t = _trainer(tmp_path, ProgramDomain(dom), mode, steps=6)
+        t.train()
+        cos[mode] = np.mean([r["advantage_cosine_oracle"] for r in read_jsonl(t.dir / "metrics.jsonl")])
+        t.close()
+    assert cos["real"] == pytest.approx(1.0)
+    assert cos["wm"] < cos["wmrl"] < cos["real"] - 0.05, cos
 
 
 def _gradient_variance(tmp_path, est_cfgs, n_steps=100):

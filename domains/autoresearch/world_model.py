@@ -81,7 +81,7 @@ class CodeOutcomeModel(WorldModel):
                  members: int = 8, seed: int = 0, regressor: Any = None, background_fit: bool = False):
         self.families = sorted(set(families))
         self.turns, self.final, self.dim = turns, final, dim
-        # anything with add / fit / predict -> (mean, var) / state_dict, e.g. GaussianEnsemble
+        # anything with add / fit / wait / predict -> (mean, var) / state_dict, e.g. GaussianEnsemble
         self.model = regressor if regressor is not None else RidgeEnsemble(members=members, seed=seed)
         self.calibrator = VarianceCalibrator()
         # regressors that train in a thread (GaussianEnsemble) keep serving the last fit meanwhile
@@ -149,8 +149,7 @@ class CodeOutcomeModel(WorldModel):
             self.model.fit(**self._fit_kwargs)
 
     def wait(self) -> None:
-        if hasattr(self.model, "wait"):
-            self.model.wait()
+        self.model.wait()
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "calibrator": self.calibrator.state_dict()}
