@@ -97,10 +97,11 @@ def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
     cfg = load_config(config, [*overrides, f"trainer.seed={seed}", f"run_dir={run_dir}", "tensorboard=false"])
     run_dir, text = Path(run_dir), to_yaml(cfg)
     saved = run_dir / "config.yaml"
-    if not (reuse and saved.exists() and saved.read_text() == text):
+    reused = reuse and saved.exists() and saved.read_text() == text
+    if not reused:
         _fresh_run_dir(run_dir, text)
     trainer = build_trainer(cfg)
-    if 0 < trainer.step < cfg.trainer.steps:
+    if reused and trainer.step != cfg.trainer.steps:  # cut short, perhaps before its first checkpoint
         trainer.close()
         _fresh_run_dir(run_dir, text)
         trainer = build_trainer(cfg)

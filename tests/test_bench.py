@@ -1,6 +1,7 @@
 """The benchmark harness: it compares only like with like, and writes what it measured."""
 
 import json
+import shutil
 
 import pytest
 
@@ -121,6 +122,11 @@ def test_resume_keeps_finished_runs_of_the_same_config_and_reruns_the_rest(tmp_p
     (run_dir / "checkpoints" / "latest").write_text("step000001")
     again = json.loads(run_benchmark("speedup", [*args, "resume=true", "modes=wmrl"]).read_text())
     assert not (run_dir / "marker").exists() and again["modes"]["wmrl"]["per_seed"][0]["final"]["step"] == 2
+    # killed before its first checkpoint, with executions in its store: started over too
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "marker").write_text("left by a run killed at step 0")
+    run_benchmark("speedup", [*args, "resume=true", "modes=wmrl"])
+    assert not (run_dir / "marker").exists()
     # another config is another run: retrained, not mixed in
     changed = json.loads(run_benchmark("speedup", [*args, "resume=true", "engine.lr=0.01"]).read_text())
     assert changed["modes"]["real"]["per_seed"][0]["wall"] != walls["real"]
