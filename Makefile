@@ -39,13 +39,15 @@ bench: $(STAMP)
 
 # every figure of the README's Results section, full profiles (hours on 2 cores), then the section itself
 R := bench/results
+# make results RESUME=true: keep the finished runs of a make results that was cut short
+RESUME ?= false
 AR_REAL := $(R)/runs-speedup-autoresearch-full/real
 results: $(STAMP)
-	$(VENV)/bin/wmrl bench speedup config=synthetic-program out=$(R)/speedup-synthetic-program-full.json
-	$(VENV)/bin/wmrl bench speedup config=synthetic-control out=$(R)/speedup-synthetic-control-full.json
-	$(VENV)/bin/wmrl bench speedup config=synthetic-program estimator.advantage.standardize=false \
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-program out=$(R)/speedup-synthetic-program-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-control out=$(R)/speedup-synthetic-control-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-program estimator.advantage.standardize=false \
 	  out=$(R)/speedup-synthetic-program-centred-full.json
-	$(VENV)/bin/wmrl bench speedup config=autoresearch out=$(R)/speedup-autoresearch-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch out=$(R)/speedup-autoresearch-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-program out=$(R)/estimators-synthetic-program-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-control out=$(R)/estimators-synthetic-control-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-program estimator.advantage.standardize=false \
@@ -55,7 +57,7 @@ results: $(STAMP)
 	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-full.json wms=code-ridge,code-gaussian \
 	  runs=$(AR_REAL)/seed0,$(AR_REAL)/seed1,$(AR_REAL)/seed2
 	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-llm-full.json wms=code-llm runs=$(AR_REAL)/seed0
-	$(VENV)/bin/wmrl bench wm config=synthetic-control out=$(R)/wm-synthetic-control-full.json
+	$(VENV)/bin/wmrl bench wm resume=$(RESUME) config=synthetic-control out=$(R)/wm-synthetic-control-full.json
 	$(VENV)/bin/wmrl bench sandbox out=$(R)/sandbox.json
 	$(VENV)/bin/wmrl bench rollout out=$(R)/rollout-full.json
 	$(VENV)/bin/wmrl bench results

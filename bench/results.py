@@ -24,6 +24,8 @@ SECTIONS = (
     ("speedup-synthetic-program-full.json", "speedup", "WMRL vs standard RL: synthetic program domain"),
     ("speedup-synthetic-control-full.json", "speedup", "WMRL vs standard RL: synthetic control domain (multi-step)"),
     ("speedup-autoresearch-full.json", "speedup", "WMRL vs standard RL: AutoResearch (embedded agent)"),
+    ("speedup-autoresearch-ladder-full.json", "speedup",
+     "AutoResearch, the whole ablation ladder and ρ = 0.1 (the seeds measured so far)"),
     ("estimators-synthetic-program-full.json", "estimators",
      "The ablation ladder on the same groups: synthetic program, GRPO advantages"),
     ("estimators-synthetic-program-centred-full.json", "estimators",
@@ -59,9 +61,9 @@ def _yes(v) -> str:
 def headline(results_dir: Path) -> str:
     """One row per domain: `wmrl` against `real` and `wm`, and the issue's targets, from the speedup JSON."""
     lines = [
-        "| domain | real final (spread) | wmrl final (spread) | wm final | train wall, real / wmrl | wmrl sooner to real's final "
+        "| domain | seeds | real final (spread) | wmrl final (spread) | wm final | train wall, real / wmrl | wmrl sooner to real's final "
         "| ideal speed-up | 4x sooner | within one spread | wm below real | ablation order as paper |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|---|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|",
     ]
     for domain, name in HEADLINE:
         path = results_dir / name
@@ -73,7 +75,7 @@ def headline(results_dir: Path) -> str:
         if r is None or w is None:
             continue
         lines.append(
-            f"| {domain} | {fmt(r['final_test_id_median'])} ({fmt(r['final_test_id_spread'])}) "
+            f"| {domain} | {len(res['seeds'])} | {fmt(r['final_test_id_median'])} ({fmt(r['final_test_id_spread'])}) "
             f"| {fmt(w['final_test_id_median'])} ({fmt(w['final_test_id_spread'])}) | {fmt(p and p['final_test_id_median'])} "
             f"| {r['wall_median'] / w['wall_median']:.2f}x | {fmt(w.get('speedup_to_reference_final'), '{:.2f}x')} "
             f"| {fmt(w.get('ideal_speedup'), '{:.2f}x')} | {_yes(t.get('wmrl_reaches_real_final_4x_sooner'))} "
@@ -84,7 +86,7 @@ def headline(results_dir: Path) -> str:
 
 
 def render(results_dir: Path) -> str:
-    parts = [PAPER, "", "Held-out ID reward, medians over 3 seeds, real execution; the tables below have the rest.", "",
+    parts = [PAPER, "", "Held-out ID reward (real execution), medians over seeds; the tables below have the rest.", "",
              headline(results_dir).rstrip(), ""]
     missing = []
     for name, module, heading in SECTIONS:

@@ -93,6 +93,8 @@ def targets(result: dict) -> dict:
         out["wmrl_reaches_real_final_4x_sooner"] = sooner is not None and sooner >= 4.0
         out["wmrl_final_within_one_spread_of_real"] = (
             w["final_test_id_median"] >= r["final_test_id_median"] - (r["final_test_id_spread"] or 0.0))
+        # every variant that meets the speed-up target (the ablations, another anchor budget)
+        out["modes_4x_sooner"] = [k for k, v in m.items() if (v.get("speedup_to_reference_final") or 0.0) >= 4.0]
     if "real" in m and "wm" in m:
         out["wm_ends_below_real"] = (
             m["wm"]["final_test_id_median"] < m["real"]["final_test_id_median"] - (m["real"]["final_test_id_spread"] or 0.0))

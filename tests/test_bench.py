@@ -32,6 +32,10 @@ def test_summary_medians_ratio_and_time_to_reach():
     out = summarize(runs)
     assert out["modes"]["wmrl"]["wall_ratio_vs_reference"] == pytest.approx(4.0)
     assert out["modes"]["wmrl"]["time_to_reference_final_median"] == pytest.approx(10.0)
+    from wmrl.bench.speedup import targets
+
+    t = targets(out)
+    assert t["wmrl_reaches_real_final_4x_sooner"] and t["modes_4x_sooner"] == ["wmrl"]
     assert time_to_reach(runs[0].history, 0.9) is None
 
 
@@ -98,7 +102,7 @@ def test_results_section_is_rendered_from_the_json_between_the_markers(tmp_path)
     run_benchmark("results", [f"dir={tmp_path}", f"readme={readme}"])
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith("outro\n") and "stale" not in text
-    row = next(line for line in text.splitlines() if line.startswith("| synthetic-program |"))
+    row = next(line for line in text.splitlines() if line.startswith("| synthetic-program | 3 |"))
     # wmrl's median 0.75 is within real's spread (0.1) of real's 0.80; no wm mode, no ladder: not measured
     assert "| 0.800 (0.100) | 0.750 (0.100) |" in row and "| 4.00x |" in row and row.endswith("| no | yes | — | — |")
     assert "Not measured yet:" in text and "`speedup-autoresearch-full.json`" in text
