@@ -23,9 +23,7 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 SECTIONS = (
     ("speedup-synthetic-program-full.json", "speedup", "WMRL vs standard RL: synthetic program domain"),
     ("speedup-synthetic-control-full.json", "speedup", "WMRL vs standard RL: synthetic control domain (multi-step)"),
-    ("speedup-autoresearch-full.json", "speedup", "WMRL vs standard RL: AutoResearch (embedded agent)"),
-    ("speedup-autoresearch-ladder-full.json", "speedup",
-     "AutoResearch, the whole ablation ladder and ρ = 0.1 (the seeds measured so far)"),
+    ("speedup-autoresearch-full.json", "speedup", "WMRL vs standard RL: AutoResearch (embedded agent), the whole ladder"),
     ("estimators-synthetic-program-full.json", "estimators",
      "The ablation ladder on the same groups: synthetic program, GRPO advantages"),
     ("estimators-synthetic-program-centred-full.json", "estimators",
