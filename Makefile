@@ -59,6 +59,7 @@ results: $(STAMP)
 	$(VENV)/bin/wmrl bench wm config=autoresearch out=$(R)/wm-autoresearch-llm-full.json wms=code-llm runs=$(AR_REAL)/seed0
 	$(VENV)/bin/wmrl bench wm resume=$(RESUME) config=synthetic-control out=$(R)/wm-synthetic-control-full.json
 	$(VENV)/bin/wmrl bench sandbox out=$(R)/sandbox.json
+	$(VENV)/bin/wmrl bench hostile out=$(R)/hostile.json
 	$(VENV)/bin/wmrl bench rollout out=$(R)/rollout-full.json
 	$(VENV)/bin/wmrl bench results
 

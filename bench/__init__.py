@@ -6,7 +6,7 @@ import importlib
 from pathlib import Path
 from typing import Sequence
 
-BENCHMARKS = ("speedup", "estimators", "sandbox", "wm", "rollout", "results")
+BENCHMARKS = ("speedup", "estimators", "sandbox", "hostile", "wm", "rollout", "results")
 
 
 def run_benchmark(name: str, overrides: Sequence[str] = ()) -> Path:

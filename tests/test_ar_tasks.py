@@ -489,3 +489,43 @@ def test_external_inconsistent_files(by_id, tmp_path):
     (tmp_path / "empty" / ".git").mkdir(parents=True)
     with pytest.raises(ValueError, match="no task directories"):
         external.load_task_root(tmp_path / "empty", cache_dir=tmp_path / "cache")
+
+
+def _mutations(good: bytes, rng: np.random.Generator):
+    """Byte-level mutations of a valid submission: what a policy under pressure might write."""
+    lines = good.split(b"\n")
+    header = lines[0]
+    pieces = [b"nan", b"inf", b"-1e999", b'"', b'""', b",", b"\x00", b"\xff", b"<|end|>", b"prediction",
+              b" prediction", b"\r", b"\t", b"1e308", b"-0", b"0x1", b"\xef\xbb\xbf", b"\\", b"#", b"None"]
+    for _ in range(150):
+        ls = list(lines)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(ls)))
+            op = int(rng.integers(6))
+            piece = pieces[int(rng.integers(len(pieces)))]
+            if op == 0:
+                ls[i] = ls[i] + b"," + piece
+            elif op == 1:
+                ls[i] = piece
+            elif op == 2:
+                ls.insert(i, piece)
+            elif op == 3 and len(ls) > 2:
+                del ls[i]
+            elif op == 4:
+                ls[0] = header + b"," + header.split(b",")[0] + piece[:1]
+            else:
+                cut = int(rng.integers(len(ls[i]) + 1))
+                ls[i] = ls[i][:cut] + piece + ls[i][cut:]
+        yield b"\n".join(ls)
+
+
+def test_grading_never_raises_on_mutated_submissions(by_id):
+    """Any exception out of the grader becomes an unknown grade: a policy must not be able to cause one."""
+    rng = np.random.default_rng(0)
+    for tid in ("bc-diagnosis", "iris-species", "digits-8x8", "diabetes-progression", "multioutput-linear"):
+        task = by_id[tid]
+        good = grader.oracle_submission(task).to_csv(index=False).encode()
+        assert grader.grade_bytes(task, good).ok
+        for data in _mutations(good, rng):
+            g = grader.grade_bytes(task, data)
+            assert g.status in ("ok", "invalid") and len(g.message) <= grader.MAX_MESSAGE_CHARS, (tid, data[:200], g)

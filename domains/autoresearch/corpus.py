@@ -44,8 +44,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from wmrl.domains.autoresearch.feedback import report
+
 #: bump when the scripts or the prompt format change: it keys the agent cache
-CORPUS_VERSION = "ar-corpus-v3"
+CORPUS_VERSION = "ar-corpus-v4"
 
 SYSTEM_MARK, USER_MARK, ASSISTANT_MARK, END_MARK = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
 SYSTEM_PROMPT = (
@@ -478,11 +480,11 @@ def _feedback(spec: TaskSpec, rng: np.random.Generator) -> str:
     """A plausible sandbox report for a first-turn script (the shape `AutoResearchEnv` writes)."""
     r = rng.random()
     if r < 0.7:
-        return f"status: ok\nscore: {rng.uniform(0.05, 0.95):.4f}"
+        return report("ok", rng.uniform(0.05, 0.95))
     if r < 0.85:
         col = spec.targets[0]
-        return f"status: error\nstderr (tail):\nKeyError: {col!r}"
-    return "status: timeout\nthe program failed (timeout)"
+        return report("error", message="exit code 1", stderr=f"KeyError: {col!r}")
+    return report("timeout", message="wall-clock timeout; the whole process tree was killed")
 
 
 # --------------------------------------------------------------------------- prompt augmentation

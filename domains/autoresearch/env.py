@@ -1,21 +1,30 @@
 """AutoResearchEnv: the agent's code really runs, and the sandbox's output is its next observation.
 
 An episode is up to `turns` rounds of: the agent replies with a fenced Python
-block -> the block runs in the sandbox against the task's public files -> the
-grader (outside the sandbox, holding the hidden labels) scores
-`submission.csv` -> the run's output and the grade become the next
-observation. The episode's reward, on its last turn, is the best (or last)
-turn's normalised score.
+block -> the block runs in the sandbox, in a fresh workdir holding the task's
+public files read-only -> the grader (outside the sandbox, holding the hidden
+labels) scores the `submission.csv` the sandbox hands back -> the verdict and
+the run's output become the next observation. The episode's reward, on its
+last turn, is the best (or last) turn's normalised score.
+
+Every execution starts from the same files: nothing a previous turn wrote
+survives, so an outcome depends on the code alone, and nothing a program
+leaves behind is ever touched by host code (see the sandbox's threat model).
 
 What is an outcome and what is unknown: a reply without a code block, code
 that raises, times out, runs out of memory or writes an invalid submission is a
 real, bad outcome and gets the task's failure reward (0). A failure of the
-sandbox machinery itself (status `infra`) is *unknown* -- the episode ends with
-reward None and the estimator excludes it.
+sandbox machinery, or any host-side error while handling one episode, is
+*unknown*: that episode ends with reward None (the estimator excludes it) and
+the rest of the batch is graded as usual.
+
+The observation separates what we say from what the program printed
+(`feedback.report`), so printed text cannot pass for the grader's.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,29 +32,16 @@ from typing import Any, Sequence
 
 from wmrl.core.interfaces import RealEnv
 from wmrl.core.types import Task, Transition
-from wmrl.domains.autoresearch.grader import grade
+from wmrl.domains.autoresearch.grader import grade_bytes, submission_cap
 from wmrl.domains.autoresearch.corpus import extract_code, format_prompt, next_observation
+from wmrl.domains.autoresearch.feedback import defuse, report
 from wmrl.domains.autoresearch.sandbox import ExecResult, SandboxLimits, SandboxPool
-from wmrl.domains.autoresearch.tasks import ARTask, materialize
+from wmrl.domains.autoresearch.tasks import SUBMISSION_FILE, ARTask, materialize
+
+log = logging.getLogger(__name__)
 
 #: sandbox statuses that are the program's own fault, mapped to outcome statuses
 _PROGRAM_FAILURES = {"error": "error", "timeout": "timeout", "oom": "oom", "killed": "error"}
-_TAIL = 1200  # characters of output fed back to the agent
-
-
-def feedback(result: ExecResult | None, status: str, score: float | None, message: str) -> str:
-    """The sandbox report the agent reads on its next turn."""
-    lines = [f"status: {status}"]
-    if score is not None:
-        lines.append(f"score: {score:.4f}")
-    if message:
-        lines.append(message)
-    if result is not None:
-        if result.stdout.strip():
-            lines.append("stdout (tail):\n" + result.stdout[-_TAIL:])
-        if status != "ok" and result.stderr.strip():
-            lines.append("stderr (tail):\n" + result.stderr[-_TAIL:])
-    return "\n".join(lines)
 
 
 class AutoResearchEnv(RealEnv):
@@ -60,31 +56,43 @@ class AutoResearchEnv(RealEnv):
         self.turns, self.final = turns, final
         self.timeout_scale, self.memory_mb = timeout_scale, memory_mb
         self.root = Path(workroot) if workroot else Path(tempfile.mkdtemp(prefix="wmrl-ar-"))
+        self._inputs: dict[str, Path] = {}  # task id -> its public files (trusted; read-only to every run)
+        self._written = 0
         self._tasks: list[ARTask] = []
-        self._dirs: list[Path] = []
         self._obs: list[str] = []
         self._turn: list[int] = []
         self._best: list[float] = []
-        self._episode = 0
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
-        self._cleanup()
         self._tasks = [t.payload for t in tasks]
-        self._dirs = []
         for task in self._tasks:
-            self._episode += 1
-            d = self.root / f"ep{self._episode:07d}"
-            d.mkdir(parents=True)
-            materialize(task, d)
-            self._dirs.append(d)
+            if task.id not in self._inputs and self.pool.sandbox.exposes(task.data_dir):
+                raise ValueError(f"task {task.id!r}: its data directory {task.data_dir} (hidden labels) lies inside "
+                                 "what the sandbox shows its programs read-only (/usr, /etc, the Python installation); "
+                                 "move the task cache elsewhere (WMRL_CACHE_DIR)")
         self._obs = [format_prompt(t.description) for t in self._tasks]
         self._turn = [0] * len(tasks)
         self._best = [0.0] * len(tasks)
         return list(self._obs)
 
+    def _inputs_of(self, task: ARTask) -> Path:
+        """The task's public files, written once; written again if anything removed or changed them."""
+        d = self._inputs.get(task.id)
+        if d is not None and d.is_dir() and sorted(p.name for p in d.iterdir()) == sorted(task.public_files):
+            return d
+        if d is not None:
+            log.warning("autoresearch env: the public files of task %r were damaged; writing them again", task.id)
+            shutil.rmtree(d, ignore_errors=True)
+        self._written += 1
+        d = self.root / "inputs" / f"t{self._written:05d}"
+        materialize(task, d)
+        self._inputs[task.id] = d
+        return d
+
     def _limits(self, task: ARTask) -> SandboxLimits:
         timeout = task.budget_s * self.timeout_scale
-        return SandboxLimits(timeout_s=timeout, cpu_s=int(timeout * 2) + 1, memory_mb=self.memory_mb)
+        return SandboxLimits(timeout_s=timeout, cpu_s=int(timeout * 2) + 1, memory_mb=self.memory_mb,
+                             disk_mb=max(64, self.memory_mb // 4), max_result_bytes=submission_cap(task))
 
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
         out: list[Transition | None] = [None] * len(actions)
@@ -94,43 +102,61 @@ class AutoResearchEnv(RealEnv):
             if reply is None:
                 continue
             self._turn[i] += 1
-            codes[i] = extract_code(reply)
-            if codes[i] is not None:
-                (self._dirs[i] / "submission.csv").unlink(missing_ok=True)
-                jobs.append((codes[i], self._dirs[i], self._limits(self._tasks[i])))
-                job_idx.append(i)
-        results = dict(zip(job_idx, self.pool.run_many(jobs))) if jobs else {}
+            try:
+                codes[i] = extract_code(reply)
+                if codes[i] is not None:
+                    jobs.append((codes[i], self._inputs_of(self._tasks[i]), self._limits(self._tasks[i])))
+                    job_idx.append(i)
+            except Exception as e:  # noqa: BLE001 - one episode's host-side failure costs that episode only
+                out[i] = self._unknown(i, reply, f"host-side error before the run: {type(e).__name__}: {e}")
+        results = dict(zip(job_idx, self._run(jobs)))
         for i, reply in enumerate(actions):
-            if reply is None:
+            if reply is None or out[i] is not None:
                 continue
-            result = results.get(i)
-            if codes[i] is None:
-                status, score, reward, msg = "invalid", None, 0.0, "no ```python code block found in the reply"
-            elif result.status == "infra":
-                obs = next_observation(self._obs[i], reply, "status: sandbox failure (not your fault)")
-                out[i] = Transition(obs, None, True, info={"status": "infra", "detail": result.detail})
-                continue
-            elif result.status in _PROGRAM_FAILURES:
-                status, score, reward = _PROGRAM_FAILURES[result.status], None, 0.0
-                msg = result.detail or f"the program failed ({result.status})"
-            else:
-                g = grade(self._tasks[i], self._dirs[i])
-                status, score, reward, msg = g.status, g.score, g.reward, g.message
-            self._best[i] = max(self._best[i], reward)
-            done = self._turn[i] >= self.turns
-            final = (self._best[i] if self.final == "best" else reward) if done else 0.0
-            self._obs[i] = next_observation(self._obs[i], reply, feedback(result, status, score, msg))
-            info = {"status": status, "score": score, "turn_reward": reward}
-            if status != "ok":  # the line that says why, kept for diagnosis and for WMs that learn it
-                tail = (result.stderr.strip().splitlines() or [""])[-1] if result is not None and result.stderr else ""
-                info["error"] = (tail or msg)[-300:]
-            out[i] = Transition(self._obs[i], final, done, info=info)
+            try:
+                out[i] = self._transition(i, reply, codes[i], results.get(i))
+            except Exception as e:  # noqa: BLE001
+                out[i] = self._unknown(i, reply, f"host-side error after the run: {type(e).__name__}: {e}")
         return out
 
-    def _cleanup(self) -> None:
-        for d in self._dirs:
-            shutil.rmtree(d, ignore_errors=True)
+    def _run(self, jobs: list[tuple]) -> list[ExecResult]:
+        if not jobs:
+            return []
+        try:
+            return self.pool.run_many(jobs, outputs=[SUBMISSION_FILE])
+        except Exception as e:  # noqa: BLE001 - a broken pool costs this batch's grades, not the run
+            log.error("autoresearch env: the sandbox pool failed on a batch of %d: %s: %s", len(jobs), type(e).__name__, e)
+            return [ExecResult("infra", None, "", "", 0.0, f"sandbox pool failed: {type(e).__name__}: {e}")] * len(jobs)
+
+    def _transition(self, i: int, reply: str, code: str | None, result: ExecResult | None) -> Transition:
+        task = self._tasks[i]
+        if code is None:
+            status, score, reward, msg = "invalid", None, 0.0, "no ```python code block found in the reply"
+        elif result.status == "infra":
+            return self._unknown(i, reply, result.detail)
+        elif result.status in _PROGRAM_FAILURES:
+            status, score, reward = _PROGRAM_FAILURES[result.status], None, 0.0
+            msg = result.detail or f"the program failed ({result.status})"
+        else:
+            g = grade_bytes(task, result.files.get(SUBMISSION_FILE), result.file_problems.get(SUBMISSION_FILE))
+            status, score, reward, msg = g.status, g.score, g.reward, g.message
+        self._best[i] = max(self._best[i], reward)
+        done = self._turn[i] >= self.turns
+        final = (self._best[i] if self.final == "best" else reward) if done else 0.0
+        shown = ("", "") if result is None else (result.stdout, result.stderr if status != "ok" else "")
+        self._obs[i] = next_observation(self._obs[i], reply, report(status, score, msg, *shown))
+        info = {"status": status, "score": score, "turn_reward": reward}
+        if result is not None and result.peak_memory_mb is not None:
+            info["peak_memory_mb"] = round(result.peak_memory_mb, 1)
+        if status != "ok":  # the line that says why, kept for diagnosis and for WMs that learn it
+            info["error"] = defuse(((result.exception_line if result is not None else "") or msg)[-300:])
+        return Transition(self._obs[i], final, done, info=info)
+
+    def _unknown(self, i: int, reply: str, detail: str) -> Transition:
+        log.warning("autoresearch env: episode %d graded unknown: %s", i, detail)
+        obs = next_observation(self._obs[i], reply, "status: sandbox failure (not your fault)")
+        return Transition(obs, None, True, info={"status": "infra", "detail": detail[:500]})
 
     def close(self) -> None:
-        self._cleanup()
+        shutil.rmtree(self.root / "inputs", ignore_errors=True)
         self.pool.close()

@@ -1,15 +1,24 @@
-"""Grade an AutoResearch attempt: read `submission.csv`, score it on the hidden labels.
+"""Grade an AutoResearch attempt: score `submission.csv` on the hidden labels, within a bound.
 
-`grade(task, workdir)` never raises on what the agent wrote: a missing,
-unreadable or malformed submission is `Grade(status="invalid", reward=0.0)`
-with a message that says what to fix (it becomes the agent's next
-observation). Only a bug of ours (or missing hidden data) raises.
+`grade_bytes(task, data)` grades a submission's bytes (what the sandbox hands
+back); `grade(task, workdir)` reads one from a directory first. Neither raises
+on what the agent wrote: a missing, oversized, unreadable or malformed
+submission is `Grade(status="invalid", reward=0.0)` with a message that says
+what to fix (it becomes the agent's next observation). Only a bug of ours (or
+missing hidden data) raises.
+
+Bounded whatever the submission holds: nothing larger than `submission_cap`
+(a generous size for the task's rows and columns) is read, too many lines or a
+too-long header are refused before parsing, so parsing time and memory are
+bounded by the cap; every message quotes at most a few clipped snippets of the
+agent's text and is at most `MAX_MESSAGE_CHARS` long.
 
 The grader runs outside the sandbox: it is the only reader of `hidden_labels`.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import re
@@ -20,12 +29,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from wmrl.domains.autoresearch.sandbox import FileProblem, read_regular_file
 from wmrl.domains.autoresearch.tasks import (
     SUBMISSION_FILE, ARTask, hidden_labels, label_key, test_frame, train_frame,
 )
 
-#: a submission larger than this is not read
-MAX_SUBMISSION_BYTES = 256 * 1024 * 1024
+#: a message (what the agent reads) is at most this long
+MAX_MESSAGE_CHARS = 800
+_SNIPPET_CHARS = 40  # of any one piece of the agent's text quoted in a message
+_VALUE_BYTES = 40  # room per value in `submission_cap` (a float's repr needs <= 24)
+_HEADER_BYTES = 1024
 _NAN_WORDS = {"nan", "-nan", "+nan", "na", "n/a", "null", "none"}
 
 
@@ -49,41 +62,81 @@ class _Invalid(Exception):
 
 
 def _invalid(task: ARTask, message: str) -> Grade:
-    return Grade("invalid", None, float(task.failure_reward), f"invalid submission: {message}")
+    text = f"invalid submission: {message}"
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[: MAX_MESSAGE_CHARS - 3] + "..."
+    return Grade("invalid", None, float(task.failure_reward), text)
+
+
+def submission_cap(task: ARTask) -> int:
+    """The most bytes a valid submission of `task` can take, generously; a larger one is refused unread."""
+    cols = list(task.submission_columns)
+    label = max((len(str(c)) for c in task.classes or ()), default=0)
+    per_value = max(_VALUE_BYTES, 2 * label + 8)
+    return _header_cap(task) + (task.n_test + 1) * (len(cols) * (per_value + 1) + 2)
+
+
+def _header_cap(task: ARTask) -> int:
+    return _HEADER_BYTES + sum(2 * len(c) + 3 for c in task.submission_columns)
 
 
 def grade(task: ARTask, workdir: str | os.PathLike, filename: str = SUBMISSION_FILE) -> Grade:
-    """Score `workdir/submission.csv` for `task`."""
+    """Score `workdir/submission.csv` for `task` (never following a link, never blocking on a special file)."""
+    try:
+        dfd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return grade_bytes(task, None, FileProblem("missing"), filename)
+    try:
+        data, problem = read_regular_file(dfd, filename, submission_cap(task))
+    finally:
+        os.close(dfd)
+    return grade_bytes(task, data, problem, filename)
+
+
+def grade_bytes(task: ARTask, data: bytes | None, problem: FileProblem | None = None,
+                filename: str = SUBMISSION_FILE) -> Grade:
+    """Score a submission's bytes; `data` None with the `problem` that kept the file from being read."""
     import pandas as pd
 
-    path = Path(workdir) / filename
+    cap = submission_cap(task)
     try:
-        if not path.exists():
-            raise _Invalid(f"no {filename} in the working directory. Write your predictions to {filename} "
-                           f"(a header line, then {task.n_test} rows, columns {_cols(task.submission_columns)}).")
-        if path.is_symlink():
-            raise _Invalid(f"{filename} is a symbolic link; write your predictions to a regular file.")
-        if not path.is_file():
-            raise _Invalid(f"{filename} is not a regular file.")
-        size = path.stat().st_size
-        if size == 0:
+        if data is None:
+            raise _Invalid(_unread(task, problem or FileProblem("missing"), filename, cap))
+        if len(data) > cap:
+            raise _Invalid(_unread(task, FileProblem("too_large", len(data)), filename, cap))
+        if not data.strip():
             raise _Invalid(f"{filename} is empty. Expected a header line with {_cols(task.submission_columns)} "
                            f"and {task.n_test} rows.")
-        if size > MAX_SUBMISSION_BYTES:
-            raise _Invalid(f"{filename} is {size / 2**20:.0f} MiB, too large to be a submission of "
-                           f"{task.n_test} rows.")
         try:
-            df = pd.read_csv(path, dtype=str, keep_default_na=False, na_filter=False, encoding="utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError:
             raise _Invalid(f"{filename} is not UTF-8 text; write it as a plain comma-separated file.") from None
+        lines = text.count("\n") + (not text.endswith("\n"))
+        if lines > task.n_test + 2:
+            raise _Invalid(f"{filename} has {lines} lines but test_features.csv has {task.n_test} rows; write a "
+                           "header line, then exactly one prediction per test row.")
+        header = text.split("\n", 1)[0]
+        if len(header) > _header_cap(task):
+            raise _Invalid(f"the header line of {filename} is {len(header)} characters long; it must name the "
+                           f"columns {_cols(task.submission_columns)}.")
+        try:
+            df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, na_filter=False)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
             raise _Invalid(f"{filename} could not be parsed as CSV ({_short(exc)}). Write a plain comma-separated "
                            f"file with a header line.") from None
-        except OSError as exc:
-            raise _Invalid(f"{filename} could not be read ({_short(exc)}).") from None
         return _evaluate(task, df)
     except _Invalid as exc:
         return _invalid(task, str(exc))
+
+
+def _unread(task: ARTask, problem: FileProblem, filename: str, cap: int) -> str:
+    if problem.kind == "missing":
+        return (f"no {filename} in the working directory. Write your predictions to {filename} "
+                f"(a header line, then {task.n_test} rows, columns {_cols(task.submission_columns)}).")
+    if problem.kind == "too_large":
+        return (f"{filename} is {problem.size / 2**20:.2f} MiB, too large to be a submission of {task.n_test} rows "
+                f"(at most {cap / 2**20:.2f} MiB).")
+    return f"{filename} {problem.describe()}, not a regular file; write your predictions to a regular file."
 
 
 def grade_frame(task: ARTask, df) -> Grade:
@@ -102,10 +155,15 @@ def write_submission(df, workdir: str | os.PathLike, filename: str = SUBMISSION_
 # --- validation --------------------------------------------------------------
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= _SNIPPET_CHARS else text[: _SNIPPET_CHARS - 3] + "..."
+
+
 def _cols(cols: Sequence[str]) -> str:
+    shown = [repr(_clip(c)) for c in cols[:6]]
     if len(cols) > 8:
-        return "[" + ", ".join(repr(c) for c in cols[:6]) + f", ... ({len(cols)} in all)]"
-    return "[" + ", ".join(repr(c) for c in cols) + "]"
+        return "[" + ", ".join(shown) + f", ... ({len(cols)} in all)]"
+    return "[" + ", ".join(repr(_clip(c)) for c in cols) + "]"
 
 
 def _short(exc: BaseException, limit: int = 200) -> str:
@@ -114,7 +172,7 @@ def _short(exc: BaseException, limit: int = 200) -> str:
 
 
 def _examples(rows: np.ndarray, values: Sequence[str], limit: int = 3) -> str:
-    shown = [f"row {int(i) + 1}: {values[int(i)]!r}" for i in rows[:limit]]
+    shown = [f"row {int(i) + 1}: {_clip(values[int(i)])!r}" for i in rows[:limit]]
     more = f" and {len(rows) - limit} more" if len(rows) > limit else ""
     return ", ".join(shown) + more
 
@@ -125,6 +183,10 @@ def _check_columns(task: ARTask, df) -> None:
     expected = list(task.submission_columns)
     missing = [c for c in expected if c not in found]
     extra = [c for c in found if c not in expected]
+    repeated = sorted({c for c in found if found.count(c) > 1})
+    if repeated:  # e.g. "prediction" twice once stripped: one name must mean one column
+        raise _Invalid(f"{SUBMISSION_FILE} names the column{'s' if len(repeated) > 1 else ''} {_cols(repeated)} "
+                       f"more than once; column names must be unique.")
     if not missing and not extra:
         return
     parts = [f"{SUBMISSION_FILE} must have exactly the column{'s' if len(expected) > 1 else ''} {_cols(expected)}"]

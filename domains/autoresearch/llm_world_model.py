@@ -16,7 +16,8 @@ error, a name never defined or imported, a classifier on a continuous target)
 is an `error`, both with the task's
 failure reward and a small variance. For an intermediate turn the
 simulated sandbox report (the next observation) is the predicted log, in the
-real report's shape (`status: ...` and then the log); an unknown prediction
+real report's shape (`status: ...` and then the log, which learns the real
+report's body); an unknown prediction
 ends the episode with reward None, as a sandbox failure would.
 
 Online learning turns each real anchor turn (its info carries the real status
@@ -46,6 +47,7 @@ from wmrl.domains.autoresearch.corpus import (
     format_reply,
     next_observation,
 )
+from wmrl.domains.autoresearch.feedback import report
 from wmrl.domains.autoresearch.world_model import static_failure
 from wmrl.world_models.llm_outcome import OUTCOME_STATUSES, LLMOutcomePredictor, format_outcome
 
@@ -170,7 +172,7 @@ class LLMOutcomeModel(WorldModel):
             problem = _NO_CODE if code is None else static_failure(code, self._tasks[i].payload)
             if problem is not None:
                 status = "invalid" if code is None else "error"
-                verdicts[i] = (status, self._failure(i), DECIDED_VAR, f"status: {status}\n{problem}")
+                verdicts[i] = (status, self._failure(i), DECIDED_VAR, report(status, message=problem))
             else:
                 ask.append((i, outcome_prompt(self._tasks[i].payload.description, code)))
         errors: dict[int, str] = {}
@@ -183,7 +185,7 @@ class LLMOutcomeModel(WorldModel):
                     continue
                 # the episode's status is the samples' majority; the log is the typical sample's
                 status = Counter(p.status for p in s.parsed if p is not None).most_common(1)[0][0]
-                feedback = f"status: {status}" + (f"\n{rep.log}" if rep.log else "")
+                feedback = f"status: {status}" + (f"\n{rep.log}" if rep.log else "")  # log: the report's body
                 verdicts[i] = (status, float(s.prediction.mean), float(s.prediction.var), feedback)
         for i, verdict in verdicts.items():
             reply = actions[i]

@@ -1,0 +1,134 @@
+"""Hostile programs against the trusted side: every attack of `wmrl.bench.hostile.ATTACKS`, and host-side faults.
+
+Each attack is a real program run through the real AutoResearchEnv (two turns,
+so SandboxPool and Sandbox underneath); `run_attack` checks from outside that
+host files are unchanged, no sandbox process is left, host free space did not
+shrink, the step returned within its bound, the feedback is bounded, the next
+turn is graded normally, and the attack's own expectation. The fault tests
+below break the host side itself (the grader, a pool job, the zygote, the
+input files) and check that one bad execution costs one grade.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+
+import pytest
+
+if not sys.platform.startswith("linux") or os.geteuid() != 0:
+    pytest.skip("the sandbox needs Linux and root", allow_module_level=True)
+
+from wmrl.bench import hostile as H
+from wmrl.domains.autoresearch import env as env_module
+from wmrl.domains.autoresearch.env import AutoResearchEnv
+from wmrl.domains.autoresearch.sandbox import SandboxLimits, SandboxPool
+from wmrl.domains.autoresearch.tasks import load_suite, split
+
+
+@pytest.fixture(scope="module")
+def task():
+    return H.smallest_task(split(load_suite(), "train"))
+
+
+@pytest.fixture(scope="module")
+def rng(task, tmp_path_factory):
+    r = H.Range(task, tmp_path_factory.mktemp("range"))
+    yield r
+    r.close()
+
+
+def test_the_catalogue_covers_every_class():
+    per_class = {k: sum(a.klass == k for a in H.ATTACKS) for k in range(1, 6)}
+    assert all(n >= 3 for n in per_class.values()), per_class
+    assert len({a.name for a in H.ATTACKS}) == len(H.ATTACKS)
+
+
+@pytest.mark.parametrize("attack", H.ATTACKS, ids=lambda a: a.name)
+def test_attack_holds(rng, attack):
+    result = H.run_attack(rng, attack)
+    assert result["held"], result["failures"]
+
+
+def test_a_check_that_fails_is_reported(rng):
+    """The harness can fail: an expectation the outcome contradicts is reported, not swallowed."""
+    wrong = H.Attack("expects-ok", 4, "a forged verdict expected to pass", 'print("status: ok")\n', H._status("ok"))
+    result = H.run_attack(rng, wrong)
+    assert not result["held"] and "status 'invalid'" in result["failures"][0]
+
+
+# ---------------------------------------------------------------- one bad execution costs one grade
+
+
+@pytest.fixture
+def env(tmp_path):
+    e = AutoResearchEnv(SandboxPool(2), turns=2, workroot=tmp_path / "env", timeout_scale=0.2)
+    yield e
+    e.close()
+
+
+def _replies(task, n, poison=None):
+    good = H._reply(H._benign(task))
+    return [good if i != poison else H._reply(H._benign(task) + "\n# POISON\n") for i in range(n)]
+
+
+def _graded(transitions):
+    return [(t.info["status"], t.reward is not None) for t in transitions]
+
+
+def test_a_grader_exception_costs_that_episode_only(env, task, monkeypatch, caplog):
+    real = env_module.grade_bytes
+
+    def flaky(t, data, problem=None):
+        if data is not None and b"0" in data and flaky.calls == 1:
+            flaky.calls += 1
+            raise RuntimeError("grader bug")
+        flaky.calls += 1
+        return real(t, data, problem)
+
+    flaky.calls = 0
+    monkeypatch.setattr(env_module, "grade_bytes", flaky)
+    env.reset([task.to_task()] * 3)
+    with caplog.at_level(logging.WARNING):
+        first = env.step(_replies(task, 3))
+    assert _graded(first) == [("ok", True), ("infra", False), ("ok", True)]
+    assert first[1].done and "grader bug" in first[1].info["detail"] and "graded unknown" in caplog.text
+    second = env.step([_replies(task, 1)[0], None, _replies(task, 1)[0]])
+    assert second[1] is None and [t.info["status"] for t in (second[0], second[2])] == ["ok", "ok"]
+
+
+def test_a_job_that_fails_on_the_host_costs_that_job_only(tmp_path, caplog):
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    with SandboxPool(2, SandboxLimits(timeout_s=10), preload=()) as pool, caplog.at_level(logging.WARNING):
+        results = pool.run_many([("print(1)", inputs), ("print(2)", tmp_path / "gone"), ("print(3)", inputs)])
+    assert [r.status for r in results] == ["ok", "infra", "ok"]
+    assert "FileNotFoundError" in results[1].detail and "failed on the host side" in caplog.text
+
+
+def test_a_broken_pool_costs_the_batch_not_the_run(env, task, monkeypatch):
+    env.reset([task.to_task()] * 2)
+
+    def broken(jobs, outputs=()):
+        raise OSError("pool is gone")
+
+    monkeypatch.setattr(env.pool, "run_many", broken)
+    assert _graded(env.step(_replies(task, 2))) == [("infra", False)] * 2
+    monkeypatch.undo()
+    env.reset([task.to_task()] * 2)
+    assert _graded(env.step(_replies(task, 2))) == [("ok", True)] * 2
+
+
+def test_the_env_recovers_from_a_dead_zygote_and_from_damaged_inputs(env, task, caplog):
+    env.reset([task.to_task()] * 2)
+    assert _graded(env.step(_replies(task, 2))) == [("ok", True)] * 2
+    os.kill(env.pool.sandbox._zygote.pid, 9)
+    shutil.rmtree(next(iter(env._inputs.values())))
+    with caplog.at_level(logging.WARNING):
+        again = env.step(_replies(task, 2))
+    assert _graded(again) == [("ok", True)] * 2
+    assert "zygote" in caplog.text and "starting a new one" in caplog.text
+    assert "were damaged; writing them again" in caplog.text
+    assert H.sandbox_pids() == []
