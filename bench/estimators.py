@@ -11,6 +11,9 @@ the update the true rewards would make (`signal_cosine`), so only domains whose
 true reward is free (the synthetic ones) can be scored. Paired per step, the
 differences between variants are far less noisy than final rewards over seeds.
 
+Besides the ladder, the rectified control variate is scored with lambda = 1
+and with PPI++'s tuned lambda (`RECTIFIED`).
+
 Overrides: `config=synthetic-program|synthetic-control`, `profile=quick|full`,
 `seeds=N`, `driver=MODE`, `out=PATH`, and any run-config key.
 """
@@ -28,7 +31,12 @@ from wmrl.bench.speedup import ABLATION_ORDER, MODES
 from wmrl.config import load_config
 from wmrl.core.estimators import build_estimator
 
-VARIANTS = ("wm", *ABLATION_ORDER)
+#: estimator-only variants (not training modes of `bench speedup`): the rectified control variate, lambda = 1 and tuned
+RECTIFIED = {
+    "wmrl-rectified": ["estimator.mode=wmrl", "estimator.rectified=true"],
+    "wmrl-rectified-tuned": ["estimator.mode=wmrl", "estimator.rectified=true", "estimator.tune_lambda=true"],
+}
+VARIANTS = ("wm", *ABLATION_ORDER, *RECTIFIED)
 #: config -> profile -> (seeds, overrides)
 PROFILES = {
     "synthetic-program": {"quick": (3, ["trainer.steps=30"]), "full": (3, ["trainer.steps=80"])},
@@ -40,7 +48,7 @@ _OWN_KEYS = ("config", "seeds", "driver", "out")
 def _variant_estimators(config: str, overrides: list[str]) -> dict:
     out = {}
     for name in VARIANTS:
-        cfg = load_config(config, [*overrides, *MODES[name]])
+        cfg = load_config(config, [*overrides, *{**MODES, **RECTIFIED}[name]])
         out[name] = build_estimator(cfg.estimator, cfg.anchors.fraction)
     return out
 

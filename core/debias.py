@@ -73,9 +73,18 @@ class IsotonicDebiaser:
         return self._knots_x is not None
 
     def push(self, predicted: Iterable[float], real: Iterable[float]) -> None:
-        """Add anchor pairs (WM score, real score); refit on the configured cadence."""
-        for p, r in zip(predicted, real):
-            self._pairs.append((float(np.clip(p, 0.0, 1.0)), float(r)))
+        """Add anchor pairs (WM score, real score); refit on the configured cadence.
+
+        Every value must be a finite number: one NaN would poison the map for the
+        rest of the run, so it is refused (an unknown grade is left out, not NaN).
+        """
+        pairs = [(float(p), float(r)) for p, r in _zip_same(predicted, real)]
+        for p, r in pairs:
+            if not (np.isfinite(p) and np.isfinite(r)):
+                raise ValueError(f"debiaser.push: the pair (world model {p!r}, real {r!r}) is not finite; pass "
+                                 "finite scores and leave unknown grades out")
+        for p, r in pairs:
+            self._pairs.append((float(np.clip(p, 0.0, 1.0)), r))
             self._since_fit += 1
         if len(self._pairs) >= self.cfg.min_pairs and (not self.fitted or self._since_fit >= self.cfg.refit_every):
             self._fit()
@@ -95,6 +104,9 @@ class IsotonicDebiaser:
     def __call__(self, scores: Sequence[float] | np.ndarray) -> np.ndarray:
         """Calibrate scores; the identity until the map is fitted."""
         s = np.asarray(scores, dtype=float)
+        if not np.all(np.isfinite(s)):
+            bad = float(s[~np.isfinite(s)][0])
+            raise ValueError(f"debiaser: cannot calibrate the score {bad!r}; pass finite world-model scores")
         if not self.fitted:
             return s.copy()
         return np.interp(np.clip(s, 0.0, 1.0), self._knots_x, self._knots_y)
@@ -112,6 +124,13 @@ class IsotonicDebiaser:
         self._since_fit = int(state["since_fit"])
         self._knots_x = None if state["knots_x"] is None else np.asarray(state["knots_x"])
         self._knots_y = None if state["knots_y"] is None else np.asarray(state["knots_y"])
+
+
+def _zip_same(a: Iterable, b: Iterable):
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        raise ValueError(f"{len(a)} world-model scores but {len(b)} real scores: pairs need one of each")
+    return zip(a, b)
 
 
 def within_group_residual(predicted: Sequence[np.ndarray], real: Sequence[np.ndarray]) -> float:

@@ -14,7 +14,11 @@ are all equal carry no information and are skipped. s^2 is smoothed by an EMA
 with a half-life counted in groups. The fusion then amounts to multiplying the
 anchor advantages by w = clip(1 + c*s^2, 1, w_max). The scale c is set once,
 after `warmup` groups, so that w = `target_weight` at that moment, and frozen:
-from then on w follows how the disagreement moves, not the reward's units.
+from then on w follows how the disagreement moves, not the reward's units. A
+disagreement below `min_disagreement` at the end of warm-up (a world model that
+agrees with the real scores to within 1% of their variance, by default) defers
+the freeze: a scale set from a near-zero disagreement would explode and pin w at
+`w_max` on the first ordinary group; until then w stays 1.
 
 Optionally, when the world model reports a variance per trajectory, WM-graded
 trajectories are weighted relative to each other by the same model,
@@ -36,6 +40,7 @@ class DenoiseConfig:
     target_weight: float = 2.0
     w_max: float = 4.0
     per_trajectory: bool = False
+    min_disagreement: float = 0.01  # s^2 the scale may be frozen at, at the least (see the module docstring)
 
     def validate(self) -> None:
         if self.half_life <= 0:
@@ -44,11 +49,18 @@ class DenoiseConfig:
             raise ValueError("estimator.denoise.warmup must be >= 1 (groups)")
         if not 1.0 <= self.target_weight <= self.w_max:
             raise ValueError("estimator.denoise needs 1 <= target_weight <= w_max")
+        if not self.min_disagreement > 0:
+            raise ValueError("estimator.denoise.min_disagreement must be > 0")
 
 
 def disagreement(calibrated: np.ndarray, real: np.ndarray) -> float | None:
     """s^2 for one anchor group, or None when the real scores carry no spread."""
     d, s = np.asarray(calibrated, float), np.asarray(real, float)
+    if d.shape != s.shape:
+        raise ValueError(f"denoiser: {d.shape} calibrated scores but {s.shape} real scores")
+    if not (np.all(np.isfinite(d)) and np.all(np.isfinite(s))):
+        bad = next(float(x) for x in np.concatenate([d, s]) if not np.isfinite(x))
+        raise ValueError(f"denoiser: the score {bad!r} is not finite; pass finite scores (leave unknown grades out)")
     if len(s) < 2:
         return None
     var_s = float(s.var())
@@ -76,7 +88,7 @@ class InverseVarianceDenoiser:
             return None
         self.ema = s2 if self.ema is None else (1 - self._alpha) * self.ema + self._alpha * s2
         self.groups_seen += 1
-        if self.scale is None and self.groups_seen >= self.cfg.warmup and self.ema > 0:
+        if self.scale is None and self.groups_seen >= self.cfg.warmup and self.ema >= self.cfg.min_disagreement:
             self.scale = (self.cfg.target_weight - 1.0) / self.ema
         return s2
 

@@ -11,10 +11,21 @@ second code path. The `wmrl` estimator follows the method's order inside a step:
    denoiser's anchor weight; WM groups from calibrated WM scores.
 
 `rectified` (off by default, an extension beyond the paper) replaces step 4's
-anchor handling by a control variate: every group contributes its calibrated WM
-advantage, and anchor groups add (A_real - A_wm) / rho. Its expectation over the
-anchor draw is the all-real gradient whatever the map's errors, at the price of
-variance when rho is small.
+anchor handling by a control variate (prediction-powered inference): every
+trajectory contributes lambda * A_wm, and the trajectories of anchor groups add
+(T - lambda * A_wm) / rho, where T is the all-real advantage (0 where the real
+grade is unknown or the group has too few real grades: the all-real update
+leaves those out) and rho the realized anchor fraction, each group's inclusion
+probability. Its expectation over the anchor draw is T for every trajectory,
+whatever the map's errors and whatever lambda, provided that neither depends on
+this step's draw: so the WM scores are calibrated with the map as it stood
+before this step's pairs, lambda comes from earlier steps' anchors, every
+trajectory keeps its weight whatever the draw (the loss's normaliser is then
+fixed too), and a missing advantage enters as 0 rather than dropping out.
+lambda = 1 is the plain difference estimator; `tune_lambda` estimates the
+variance-minimising lambda = sum(T * A_wm) / sum(A_wm^2) (PPI++), smoothed over
+steps with half-life `lambda_half_life` and clipped to [0, 1]. Proof and
+tests: docs/method.md, tests/test_estimators.py.
 """
 
 from __future__ import annotations
@@ -36,6 +47,8 @@ from wmrl.core.types import Estimate, Group
 class EstimatorConfig:
     mode: str = "wmrl"
     rectified: bool = False
+    tune_lambda: bool = False  # rectified only: PPI++'s power-tuned lambda instead of 1
+    lambda_half_life: float = 4.0  # steps, for the tuned lambda's running sums
     debias: DebiasConfig = field(default_factory=DebiasConfig)
     denoise: DenoiseConfig = field(default_factory=DenoiseConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
@@ -117,8 +130,18 @@ class WMRLEstimator(_Base):
         if not 0.0 < anchor_fraction <= 1.0:
             raise ValueError("mode wmrl needs anchors.fraction in (0, 1]; use mode wm for no anchors")
         super().__init__(cfg, anchor_fraction)
+        if not cfg.lambda_half_life > 0:
+            raise ValueError(f"estimator.lambda_half_life must be > 0 (steps), got {cfg.lambda_half_life!r}")
         self.debiaser = IsotonicDebiaser(cfg.debias)
         self.denoiser = InverseVarianceDenoiser(cfg.denoise)
+        self._power = [0.0, 0.0]  # running sum(T * A_wm), sum(A_wm^2) over earlier steps' anchors
+
+    @property
+    def rectified_lambda(self) -> float:
+        num, den = self._power
+        if not (self.cfg.tune_lambda and den > 0):
+            return 1.0
+        return float(np.clip(num / den, 0.0, 1.0))
 
     def _calibrate(self, scores: list[float | None]) -> list[float | None]:
         if not self.cfg.debias.enabled:
@@ -143,6 +166,8 @@ class WMRLEstimator(_Base):
             if np.isfinite(before) and before > 0:
                 diag["bias_reduction"] = 1.0 - after / before
 
+        # rectified: the map as it stood before this step's pairs, so the draw cannot move it
+        out_of_sample = [self._calibrate(_wm(g)) for g in groups] if self.cfg.rectified else None
         # 1. pairs into the debiaser
         if self.cfg.debias.enabled:
             for w, r in paired:
@@ -155,31 +180,45 @@ class WMRLEstimator(_Base):
         anchor_w = self.denoiser.weight if self.cfg.denoise.enabled else 1.0
 
         # 3. calibrate all WM scores; 4. advantages
-        rewards, advantages, weights = [], [], []
-        realized = len(anchors) / max(len(groups), 1)
-        for g in groups:
-            wm_cal = self._calibrate(_wm(g))
-            if g.anchor and not self.cfg.rectified:
-                r = _real(g)
-                rewards.append(r)
-                advantages.append(group_advantages(r, self.cfg.advantage))
-                weights.append([anchor_w] * len(r))
-                continue
-            a_wm = group_advantages(wm_cal, self.cfg.advantage)
-            if g.anchor:  # rectified: control-variate correction from the real grade
-                a_real = group_advantages(_real(g), self.cfg.advantage)
-                a_wm = [
-                    None if aw is None or ar is None else aw + (ar - aw) / realized
-                    for aw, ar in zip(a_wm, a_real)
-                ]
-            rewards.append(wm_cal)
-            advantages.append(a_wm)
-            weights.append(self._wm_weights(g))
+        if self.cfg.rectified:
+            rewards, advantages, weights = self._rectified(groups, out_of_sample, diag)
+        else:
+            rewards, advantages, weights = self._mixed(groups, anchor_w)
         diag["calibrated"] = float(self.cfg.debias.enabled and self.debiaser.fitted)
         diag["anchor_weight"] = anchor_w
         diag["disagreement_ema"] = self.denoiser.ema if self.denoiser.ema is not None else float("nan")
         diag["anchor_pairs_seen"] = float(self.debiaser.n_pairs)
         return self._finish(groups, rewards, advantages, weights, diag)
+
+    def _mixed(self, groups: Sequence[Group], anchor_w: float):
+        """Anchor groups from real rewards (weighted by the denoiser), the others from calibrated WM scores."""
+        rewards, advantages, weights = [], [], []
+        for g in groups:
+            r = _real(g) if g.anchor else self._calibrate(_wm(g))
+            rewards.append(r)
+            advantages.append(group_advantages(r, self.cfg.advantage))
+            weights.append([anchor_w] * len(r) if g.anchor else self._wm_weights(g))
+        return rewards, advantages, weights
+
+    def _rectified(self, groups: Sequence[Group], calibrated: list[list[float | None]], diag: dict):
+        """lambda * A_wm + [anchor] (T - lambda * A_wm) / rho, every trajectory kept (see the module docstring)."""
+        rho = sum(g.anchor for g in groups) / max(len(groups), 1)
+        lam = self.rectified_lambda
+        advantages, num, den = [], 0.0, 0.0
+        for g, cal in zip(groups, calibrated):
+            a_wm = [0.0 if a is None else a for a in group_advantages(cal, self.cfg.advantage)]
+            if not g.anchor:
+                advantages.append([lam * a for a in a_wm])
+                continue
+            target = [0.0 if a is None else a for a in group_advantages(_real(g), self.cfg.advantage)]
+            advantages.append([lam * a + (t - lam * a) / rho for a, t in zip(a_wm, target)])
+            num += sum(t * a for a, t in zip(a_wm, target))
+            den += sum(a * a for a in a_wm)
+        if any(g.anchor for g in groups):  # the next step's lambda: this step's draw never sets its own
+            keep = 0.5 ** (1.0 / self.cfg.lambda_half_life)
+            self._power = [keep * self._power[0] + num, keep * self._power[1] + den]
+        diag["rectified_lambda"] = lam
+        return list(calibrated), advantages, [self._wm_weights(g) for g in groups]
 
     def _wm_weights(self, g: Group) -> list[float]:
         if not (self.cfg.denoise.enabled and self.cfg.denoise.per_trajectory):
@@ -188,11 +227,12 @@ class WMRLEstimator(_Base):
         return self.denoiser.trajectory_weights(np.array(var)).tolist()
 
     def state_dict(self) -> dict:
-        return {"debias": self.debiaser.state_dict(), "denoise": self.denoiser.state_dict()}
+        return {"debias": self.debiaser.state_dict(), "denoise": self.denoiser.state_dict(), "power": list(self._power)}
 
     def load_state_dict(self, state: dict) -> None:
         self.debiaser.load_state_dict(state["debias"])
         self.denoiser.load_state_dict(state["denoise"])
+        self._power = list(state.get("power", [0.0, 0.0]))  # checkpoints from before lambda tuning: no history
 
 
 def build_estimator(cfg: EstimatorConfig, anchor_fraction: float) -> RewardEstimator:

@@ -78,7 +78,7 @@ def test_estimators_benchmark_scores_every_variant_on_the_same_groups(tmp_path):
                                        "trainer.groups_per_step=4", "domain.real_delay_s=0"])
     data = json.loads(out.read_text())
     v = data["variants"]
-    assert set(v) == {"wm", "wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl"}
+    assert set(v) == {"wm", "wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl", "wmrl-rectified", "wmrl-rectified-tuned"}
     assert all(len(x["curve"]) == 4 for x in v.values())
     # the same groups, but only the WMRL variants use the anchors' real grades: a truer signal
     assert v["wm"]["cosine_median"] < v["wmrl-none"]["cosine_median"]

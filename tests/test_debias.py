@@ -107,3 +107,19 @@ def test_state_dict_round_trip_is_exact():
 def test_bad_config_is_an_error(kw):
     with pytest.raises(ValueError, match="estimator.debias"):
         IsotonicDebiaser(DebiasConfig(**kw))
+
+
+def test_non_finite_pairs_and_scores_are_refused_with_the_value():
+    from wmrl.core.debias import IsotonicDebiaser
+
+    deb = IsotonicDebiaser(DebiasConfig(min_pairs=2, refit_every=1))
+    deb.push([0.2, 0.8], [0.1, 0.9])
+    state = deb.state_dict()
+    for p, r in (([float("nan")], [0.5]), ([0.5], [float("inf")])):
+        with pytest.raises(ValueError, match="is not finite"):
+            deb.push(p, r)
+    assert deb.state_dict() == state  # nothing of the bad batch got in
+    with pytest.raises(ValueError, match="2 world-model scores but 1 real"):
+        deb.push([0.1, 0.2], [0.3])
+    with pytest.raises(ValueError, match="cannot calibrate the score nan"):
+        deb([0.3, float("nan")])

@@ -77,3 +77,22 @@ def test_per_trajectory_weights_follow_predicted_variance():
 def test_bad_config_is_an_error(kw):
     with pytest.raises(ValueError, match="estimator.denoise"):
         InverseVarianceDenoiser(DenoiseConfig(**kw))
+
+
+def test_non_finite_scores_are_refused_with_the_value():
+    den = InverseVarianceDenoiser(DenoiseConfig(warmup=1))
+    with pytest.raises(ValueError, match="the score nan is not finite"):
+        den.observe(np.array([0.1, float("nan")]), np.array([0.2, 0.9]))
+    assert den.ema is None and den.groups_seen == 0
+
+
+def test_a_near_zero_disagreement_at_warm_up_defers_the_freeze_instead_of_exploding_the_scale():
+    den = InverseVarianceDenoiser(DenoiseConfig(warmup=2, target_weight=2.0, w_max=4.0))
+    real = np.array([0.1, 0.5, 0.9, 0.3])
+    for _ in range(4):  # a near-perfect WM: s^2 ~ 1e-8
+        den.observe(real + 1e-5 * np.array([1, -1, 1, -1]), real)
+    assert den.scale is None and den.weight == 1.0  # deferred, not (target - 1) / 1e-8
+    shifted = real + 0.3 * np.array([1, -1, 1, -1])
+    for _ in range(40):
+        den.observe(shifted, real)
+    assert den.scale is not None and 1.0 < den.weight <= 4.0

@@ -94,21 +94,78 @@ def test_bias_reduction_diagnostic_is_positive_on_biased_data():
     assert e.diagnostics["bias_reduction"] > 0.3
 
 
-def test_rectified_is_unbiased_over_the_anchor_draw():
-    """Averaged over which group is the anchor, the rectified advantage is the all-real one."""
-    rng = np.random.default_rng(4)
-    base = _step(rng, n_groups=4, anchors=(), distort=lambda r: 1 - r, noise=0.1)  # a reordering WM
-    cfg = EstimatorConfig(mode="wmrl", rectified=True)
-    cfg.denoise.enabled = False
+def _hostile_step():
+    """Four groups of four: unknown real grades, an unknown WM grade, and a group with one real grade."""
+    return [
+        group("a", [0.9, 0.1, None, 0.5], [0.2, 0.8, 0.6, 0.4], False),  # a reordering WM, one real unknown
+        group("b", [0.3, None, None, None], [0.5, 0.1, 0.9, 0.3], False),  # < 2 real grades: real skips it
+        group("c", [0.0, 1.0, 0.4, 0.6], [0.7, None, 0.2, 0.9], False),  # one WM grade unknown
+        group("d", [0.2, 0.4, 0.6, 0.8], [0.9, 0.7, 0.5, 0.3], False),
+    ]
+
+
+def _trained_estimator(cfg, power=None):
+    """An estimator whose map is fitted and reorders nothing in particular: the map's errors are arbitrary."""
+    est = build_estimator(cfg, 0.5)
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0, 1, 64)
+    est.debiaser.push(x, np.clip(1.0 - x + 0.2 * rng.normal(size=64), 0, 1))
+    if power is not None:
+        est._power = list(power)
+    return est
+
+
+@pytest.mark.parametrize("standardize", [True, False], ids=["grpo", "centred"])
+@pytest.mark.parametrize("tuned", [False, True], ids=["lambda1", "tuned"])
+def test_rectified_is_unbiased_over_every_anchor_draw_even_with_unknown_grades(standardize, tuned):
+    """Enumerate all C(4, 2) anchor draws: the mean rectified advantage is the all-real one, 0 where real leaves
+    a trajectory out, and the loss's normaliser (the sum of weights) is the same on every draw."""
+    import copy
+    import itertools
+
+    cfg = EstimatorConfig(mode="wmrl", rectified=True, tune_lambda=tuned)
+    cfg.debias.min_pairs = 16
+    cfg.advantage.standardize = standardize
     real_cfg = EstimatorConfig(mode="real")
-    all_real = build_estimator(real_cfg, 1.0).estimate(base).advantages
-    mean = np.zeros((4, 8))
-    for k in range(4):
-        for i, g in enumerate(base):
-            g.anchor = i == k
-        est = build_estimator(cfg, 0.25)  # fresh: the same (identity) map for every draw
-        mean += np.array(est.estimate(base).advantages, dtype=float) / 4
-    assert np.allclose(mean, np.array(all_real, dtype=float))
+    real_cfg.advantage.standardize = standardize
+    target = build_estimator(real_cfg, 1.0).estimate(_hostile_step()).advantages
+    target = np.array([[0.0 if a is None else a for a in row] for row in target])
+    base = _trained_estimator(cfg, power=(0.3, 1.0))  # a tuned lambda of 0.3 from earlier steps
+    assert base.debiaser.fitted and base.rectified_lambda == (0.3 if tuned else 1.0)
+    draws = list(itertools.combinations(range(4), 2))
+    mean, totals = np.zeros((4, 4)), set()
+    for draw in draws:
+        groups = _hostile_step()
+        for i in draw:
+            groups[i].anchor = True
+        e = copy.deepcopy(base).estimate(groups)
+        assert all(a is not None for row in e.advantages for a in row)
+        mean += np.array(e.advantages) / len(draws)
+        totals.add(round(sum(w for row in e.weights for w in row), 12))
+    assert np.allclose(mean, target, atol=1e-12), (mean, target)
+    assert len(totals) == 1
+
+
+def test_the_tuned_lambda_comes_from_earlier_steps_and_shrinks_for_a_reordering_world_model():
+    cfg = EstimatorConfig(mode="wmrl", rectified=True, tune_lambda=True)
+    cfg.denoise.enabled = False
+    est = build_estimator(cfg, 0.25)
+    rng = np.random.default_rng(11)
+    lams = []
+    for _ in range(6):
+        e = est.estimate(_step(rng, distort=lambda r: 1 - r, noise=0.05))  # the WM reverses the order
+        lams.append(e.diagnostics["rectified_lambda"])
+    assert lams[0] == 1.0  # no history: the plain difference estimator
+    assert all(lam < 0.05 for lam in lams[1:])  # against a reversed WM the control variate is switched off
+    good = build_estimator(cfg, 0.25)
+    for _ in range(3):
+        e = good.estimate(_step(rng, distort=lambda r: r, noise=0.02))
+    assert e.diagnostics["rectified_lambda"] > 0.9  # a faithful WM keeps it
+
+
+def test_estimator_config_rejects_a_non_positive_lambda_half_life():
+    with pytest.raises(ValueError, match="lambda_half_life"):
+        build_estimator(EstimatorConfig(mode="wmrl", rectified=True, lambda_half_life=0.0), 0.25)
 
 
 def test_unknown_mode_and_wmrl_without_anchors_are_errors():
