@@ -463,7 +463,7 @@ def run_attack(rng: Range, attack: Attack) -> dict:
 
 def _overhead(work: Path, repeats: int, n: int) -> dict:
     """Trivial-program latency with and without the memory cgroup, interleaved in the same rounds."""
-    from wmrl.domains.autoresearch.cgroups import CgroupUnavailable
+    from wmrl.domains.autoresearch.sandbox.cgroups import CgroupUnavailable
     from wmrl.domains.autoresearch.sandbox import Sandbox, SandboxLimits
 
     def no_cgroup():

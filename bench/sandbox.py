@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 from wmrl.bench.harness import write_result
-from wmrl.domains.autoresearch.sandbox import Sandbox, SandboxLimits, SandboxPool
+from wmrl.domains.autoresearch.sandbox import Job, Sandbox, SandboxLimits, SandboxPool
 
 TRIVIAL = "print(1)\n"
 
@@ -121,9 +121,9 @@ def _throughput(work: Path, slot_list: list[int], jobs_per_slot: int) -> list[di
                 d = work / f"pool{slots}-{i}"
                 d.mkdir()
                 dirs.append(d)
-            pool.run_many([(SKLEARN_SHORT, d) for d in dirs[:slots]])  # zygote start-up and warm-up
+            pool.run_many([Job(SKLEARN_SHORT, d) for d in dirs[:slots]])  # zygote start-up and warm-up
             t0 = time.perf_counter()
-            results = pool.run_many([(SKLEARN_SHORT, d) for d in dirs])
+            results = pool.run_many([Job(SKLEARN_SHORT, d) for d in dirs])
             elapsed = time.perf_counter() - t0
         bad = [r for r in results if r.status != "ok"]
         if bad:

@@ -24,7 +24,7 @@ if not sys.platform.startswith("linux") or os.geteuid() != 0:
 from wmrl.bench import hostile as H
 from wmrl.domains.autoresearch import env as env_module
 from wmrl.domains.autoresearch.env import AutoResearchEnv
-from wmrl.domains.autoresearch.sandbox import SandboxLimits, SandboxPool
+from wmrl.domains.autoresearch.sandbox import Job, SandboxLimits, SandboxPool
 from wmrl.domains.autoresearch.tasks import load_suite, split
 
 
@@ -103,7 +103,7 @@ def test_a_job_that_fails_on_the_host_costs_that_job_only(tmp_path, caplog):
     inputs = tmp_path / "in"
     inputs.mkdir()
     with SandboxPool(2, SandboxLimits(timeout_s=10), preload=()) as pool, caplog.at_level(logging.WARNING):
-        results = pool.run_many([("print(1)", inputs), ("print(2)", tmp_path / "gone"), ("print(3)", inputs)])
+        results = pool.run_many([Job("print(1)", inputs), Job("print(2)", tmp_path / "gone"), Job("print(3)", inputs)])
     assert [r.status for r in results] == ["ok", "infra", "ok"]
     assert "FileNotFoundError" in results[1].detail and "failed on the host side" in caplog.text
 

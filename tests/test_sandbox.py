@@ -27,9 +27,9 @@ if os.geteuid() != 0:
     pytest.skip("the sandbox needs root (namespaces, uid switching)", allow_module_level=True)
 
 from wmrl.bench.hostile import sandbox_pids
-from wmrl.domains.autoresearch.cgroups import CgroupUnavailable, MemoryCgroups, locate
+from wmrl.domains.autoresearch.sandbox.cgroups import CgroupUnavailable, MemoryCgroups, locate
 from wmrl.domains.autoresearch.sandbox import (
-    UID_BASE, WORKDIR, ExecResult, FileProblem, Sandbox, SandboxLimits, SandboxPool, read_regular_file,
+    UID_BASE, WORKDIR, ExecResult, FileProblem, Job, Sandbox, SandboxLimits, SandboxPool, read_regular_file,
 )
 
 FAST = SandboxLimits(timeout_s=10.0, cpu_s=20, memory_mb=2048, max_processes=32, max_file_mb=16)
@@ -645,7 +645,7 @@ def test_pool_runs_concurrently_and_keeps_order(tmp_path):
     for i in range(4):
         wd = tmp_path / f"job{i}"
         wd.mkdir()
-        jobs.append((f"import time; time.sleep(0.5); print({i})", wd))
+        jobs.append(Job(f"import time; time.sleep(0.5); print({i})", wd))
     with SandboxPool(slots=2, limits=FAST, preload=()) as pool:
         pool.run_many(jobs[:1])  # start the zygote outside the timing
         t0 = time.monotonic()
@@ -658,7 +658,7 @@ def test_pool_runs_concurrently_and_keeps_order(tmp_path):
 
 def test_an_oom_kill_below_the_runs_own_limit_is_the_hosts_doing_not_the_programs(workdir):
     """A neighbour (or the host) running the machine out of memory must not turn this run's grade into a failure."""
-    from wmrl.domains.autoresearch.cgroups import MemoryUsage, RunCgroup
+    from wmrl.domains.autoresearch.sandbox.cgroups import MemoryUsage, RunCgroup
 
     class HostOOM(RunCgroup):
         def usage(self):

@@ -2,7 +2,7 @@
 
 This file only wires the parts together under one typed config: the task suite
 (`tasks.py`, optionally plus task directories on disk, `external.py`), the
-sandbox pool (`sandbox.py`) behind `AutoResearchEnv` (`env.py`), the code agent
+sandbox pool (`sandbox/`) behind `AutoResearchEnv` (`env.py`), the code agent
 (`policy.py`; by default the small LM the project trains itself, `agent.py`),
 and the world models it offers, registered by name: a learned outcome
 predictor over (task, code) with a ridge or an NLL ensemble (`world_model.py`).

@@ -35,7 +35,7 @@ from wmrl.core.types import Task, Transition
 from wmrl.domains.autoresearch.grader import grade_bytes, submission_cap
 from wmrl.domains.autoresearch.corpus import extract_code, format_prompt, next_observation
 from wmrl.domains.autoresearch.feedback import defuse, report
-from wmrl.domains.autoresearch.sandbox import ExecResult, SandboxLimits, SandboxPool
+from wmrl.domains.autoresearch.sandbox import ExecResult, Job, SandboxLimits, SandboxPool
 from wmrl.domains.autoresearch.tasks import SUBMISSION_FILE, ARTask, materialize
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ class AutoResearchEnv(RealEnv):
             try:
                 codes[i] = extract_code(reply)
                 if codes[i] is not None:
-                    jobs.append((codes[i], self._inputs_of(self._tasks[i]), self._limits(self._tasks[i])))
+                    jobs.append(Job(codes[i], self._inputs_of(self._tasks[i]), self._limits(self._tasks[i])))
                     job_idx.append(i)
             except Exception as e:  # noqa: BLE001 - one episode's host-side failure costs that episode only
                 out[i] = self._unknown(i, reply, f"host-side error before the run: {type(e).__name__}: {e}")
@@ -119,7 +119,7 @@ class AutoResearchEnv(RealEnv):
                 out[i] = self._unknown(i, reply, f"host-side error after the run: {type(e).__name__}: {e}")
         return out
 
-    def _run(self, jobs: list[tuple]) -> list[ExecResult]:
+    def _run(self, jobs: list[Job]) -> list[ExecResult]:
         if not jobs:
             return []
         try:

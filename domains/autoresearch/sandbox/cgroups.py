@@ -22,8 +22,8 @@ cgroup must be able to delegate the controller (`cgroup.subtree_control`);
 when it cannot, or neither hierarchy has a memory controller, `detect` raises
 `CgroupUnavailable` saying what to do, and the sandbox fails closed.
 
-Only the standard library: the sandbox module (stdlib-only) imports this on the
-parent side.
+Only the standard library, like the rest of the sandbox package; only the
+parent (`runner.Sandbox`) uses it.
 """
 
 from __future__ import annotations
