@@ -463,8 +463,9 @@ def run_attack(rng: Range, attack: Attack) -> dict:
 
 def _overhead(work: Path, repeats: int, n: int) -> dict:
     """Trivial-program latency with and without the memory cgroup, interleaved in the same rounds."""
-    from wmrl.domains.autoresearch.sandbox.cgroups import CgroupUnavailable
+    from wmrl.bench.sandbox import timed
     from wmrl.domains.autoresearch.sandbox import Sandbox, SandboxLimits
+    from wmrl.domains.autoresearch.sandbox.cgroups import CgroupUnavailable
 
     def no_cgroup():
         raise CgroupUnavailable("measuring without the memory cgroup")
@@ -481,14 +482,7 @@ def _overhead(work: Path, repeats: int, n: int) -> dict:
             sb.run("print(1)", inputs)  # zygote start-up
         for _ in range(repeats):
             for name, sb in boxes.items():
-                e2e, wall = [], []
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    r = sb.run("print(1)", inputs, outputs=["submission.csv"])
-                    e2e.append(time.perf_counter() - t0)
-                    wall.append(r.wall_s)
-                    if r.status != "ok":
-                        raise RuntimeError(f"overhead run failed: {r.status} {r.detail}")
+                e2e, wall = zip(*(timed(sb, "print(1)", inputs, ("submission.csv",)) for _ in range(n)))
                 rounds[name]["e2e"].append(statistics.median(e2e))
                 rounds[name]["wall"].append(statistics.median(wall))
     finally:

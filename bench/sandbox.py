@@ -63,9 +63,10 @@ def _median(xs):
     return float(statistics.median(xs))
 
 
-def _timed(sb: Sandbox, code: str, wd: Path) -> tuple[float, float]:
+def timed(sb: Sandbox, code: str, wd: Path, outputs: tuple[str, ...] = ()) -> tuple[float, float]:
+    """(end-to-end seconds of `Sandbox.run`, the program's wall seconds); a run that is not "ok" raises."""
     t0 = time.perf_counter()
-    r = sb.run(code, wd)
+    r = sb.run(code, wd, outputs=outputs)
     e2e = time.perf_counter() - t0
     if r.status != "ok":
         raise RuntimeError(f"benchmark execution failed: {r.status} {r.detail}\n{r.stderr[-2000:]}")
@@ -80,16 +81,16 @@ def _latency(work: Path, repeats: int, n: int) -> dict:
         wd = work / "latency"
         wd.mkdir()
         t0 = time.perf_counter()
-        _timed(paths["zygote"], TRIVIAL, wd)  # zygote start-up, reported separately
+        timed(paths["zygote"], TRIVIAL, wd)  # zygote start-up, reported separately
         zygote_start = time.perf_counter() - t0
         for sb in paths.values():  # warm the page cache and imports on both paths
-            _timed(sb, SKLEARN_FIT, wd)
+            timed(sb, SKLEARN_FIT, wd)
         rounds = {s: {p: [] for p in paths} for s in scripts}
         program = {s: {p: [] for p in paths} for s in scripts}
         for _ in range(repeats):
             for sname, code in scripts.items():
                 for pname, sb in paths.items():  # interleaved within the round
-                    e2e, wall = zip(*(_timed(sb, code, wd) for _ in range(n)))
+                    e2e, wall = zip(*(timed(sb, code, wd) for _ in range(n)))
                     rounds[sname][pname].append(_median(e2e))
                     program[sname][pname].append(_median(wall))
         for sname in scripts:
