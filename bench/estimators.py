@@ -14,22 +14,25 @@ differences between variants are far less noisy than final rewards over seeds.
 Besides the ladder, the rectified control variate is scored with lambda = 1
 and with PPI++'s tuned lambda (`RECTIFIED`).
 
-Overrides: `config=synthetic-program|synthetic-control`, `profile=quick|full`,
-`seeds=N`, `driver=MODE`, `out=PATH`, and any run-config key.
+Options (`wmrl bench estimators --help`): `config=synthetic-program|synthetic-control`,
+`profile=quick|full`, `seeds=N`, `driver=MODE`, `out=PATH`, and any run-config key.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from wmrl.api import build_trainer
-from wmrl.bench.harness import output_paths, split_options, write_result
+from wmrl.bench.harness import ProfileOptions, write_result
 from wmrl.bench.speedup import ABLATION_ORDER, MODES
 from wmrl.config import load_config
 from wmrl.core.estimators import build_estimator
+from wmrl.core.observers import OracleObserver
+from wmrl.registry import register_benchmark
 
 #: estimator-only variants (not training modes of `bench speedup`): the rectified control variate, lambda = 1 and tuned
 RECTIFIED = {
@@ -42,7 +45,19 @@ PROFILES = {
     "synthetic-program": {"quick": (3, ["trainer.steps=30"]), "full": (3, ["trainer.steps=80"])},
     "synthetic-control": {"quick": (3, ["trainer.steps=20"]), "full": (3, ["trainer.steps=60"])},
 }
-_OWN_KEYS = ("config", "seeds", "driver", "out")
+
+
+@dataclass
+class EstimatorsOptions(ProfileOptions):
+    driver: str = field(default="wmrl", metadata={"help": "the mode whose run collects the groups"})
+
+    def validate(self) -> None:
+        super().validate()
+        if self.config not in PROFILES:
+            raise ValueError(f"config={self.config}: this benchmark needs a free true reward; choose {', '.join(PROFILES)}")
+        if self.driver not in MODES or self.driver == "real":
+            raise ValueError(f"driver={self.driver}: choose a mode with a world model: "
+                             f"{', '.join(m for m in MODES if m != 'real')}")
 
 
 def _variant_estimators(config: str, overrides: list[str]) -> dict:
@@ -59,11 +74,12 @@ def run_seed(config: str, overrides: list[str], driver: str, seed: int, run_dir:
                                "tensorboard=false", "trainer.eval_every=0"])
     variants = _variant_estimators(config, overrides)
     trainer = build_trainer(cfg)
+    oracle = OracleObserver(trainer.domain, cfg.estimator.advantage)
     cosines: dict[str, list[float]] = {name: [] for name in variants}
 
     def observe(step, groups, est):
         for name, estimator in variants.items():
-            cosines[name].append(trainer.oracle_diagnostics(groups, estimator.estimate(groups))["advantage_cosine_oracle"])
+            cosines[name].append(oracle(step, groups, estimator.estimate(groups))["advantage_cosine_oracle"])
         return {}
 
     trainer.observers.append(observe)
@@ -95,18 +111,13 @@ def summarize(per_seed: list[dict[str, list[float]]]) -> dict:
     return out
 
 
-def run(overrides: list[str]) -> Path:
-    opts, user = split_options(overrides, _OWN_KEYS)
-    config = opts.get("config", "synthetic-program")
-    if config not in PROFILES:
-        raise KeyError(f"config={config}: this benchmark needs a free true reward; choose {', '.join(PROFILES)}")
-    seeds, base = PROFILES[config][opts["profile"]]
-    seeds = int(opts.get("seeds", seeds))
-    driver = opts.get("driver", "wmrl")
-    if driver not in MODES or driver == "real":
-        raise KeyError(f"driver={driver}: choose a mode with a world model: {', '.join(m for m in MODES if m != 'real')}")
+@register_benchmark("estimators", options=EstimatorsOptions, run_config=True)
+def run(opts: EstimatorsOptions, user: list[str]) -> Path:
+    config, driver = opts.config, opts.driver
+    seeds, base = PROFILES[config][opts.profile]
+    seeds = opts.seeds or seeds
     rest = [*base, *user]
-    out, work = output_paths(opts, f"bench/out/estimators-{config}-{opts['profile']}.json")
+    out, work = opts.output_paths("estimators")
     per_seed = []
     for seed in range(seeds):
         run_dir = work / f"seed{seed}"
@@ -115,7 +126,7 @@ def run(overrides: list[str]) -> Path:
     variants = summarize(per_seed)
     ladder = [variants[k]["cosine_median"] for k in ABLATION_ORDER]
     result = {
-        "benchmark": "estimators", "config": config, "profile": opts["profile"], "driver": driver,
+        "benchmark": "estimators", "config": config, "profile": opts.profile, "driver": driver,
         "overrides": rest, "seeds": list(range(seeds)), "variants": variants,
         "order_measured": [k for _, k in sorted(zip(ladder, ABLATION_ORDER))],
         "order_matches_paper": all(a < b for a, b in zip(ladder, ladder[1:])),

@@ -13,7 +13,7 @@ import hashlib
 import json
 import math
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -41,21 +41,25 @@ class RunRecord:
     signal_cosine: float = float("nan")  # mean over steps of `advantage_cosine_oracle` (NaN: no free true reward)
 
 
-def split_options(overrides: Sequence[str], own: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """A benchmark's own options (`key=value` with key in `own`, plus `profile`, checked) and the
-    run-config overrides it passes on to every run."""
-    own = (*own, "profile")
-    opts = dict(o.split("=", 1) for o in overrides if o.split("=", 1)[0] in own)
-    opts.setdefault("profile", "full")
-    if opts["profile"] not in ("quick", "full"):
-        raise KeyError(f"profile={opts['profile']!r}: choose quick or full")
-    return opts, [o for o in overrides if o.split("=", 1)[0] not in own]
+@dataclass
+class ProfileOptions:
+    """Options every training benchmark has: the run config, the profile, seeds, where the JSON goes."""
 
+    config: str = field(default="synthetic-program", metadata={"help": "shipped config name or YAML path"})
+    profile: str = field(default="full", metadata={"help": "quick (a smoke run) | full (the measurement)"})
+    seeds: int | None = field(default=None, metadata={"help": "seeds per variant (default: the profile's)"})
+    out: str | None = field(default=None, metadata={"help": "JSON path (default: bench/out/<benchmark>-<config>-<profile>.json)"})
 
-def output_paths(opts: dict[str, str], default: str) -> tuple[Path, Path]:
-    """The JSON path (`out=`, else `default`) and the folder beside it that holds the benchmark's runs."""
-    out = Path(opts.get("out", default))
-    return out, out.parent / f"runs-{out.stem}"
+    def validate(self) -> None:
+        if self.profile not in ("quick", "full"):
+            raise ValueError(f"profile={self.profile!r}: choose quick or full")
+        if self.seeds is not None and self.seeds < 1:
+            raise ValueError(f"seeds={self.seeds}: must be >= 1")
+
+    def output_paths(self, benchmark: str) -> tuple[Path, Path]:
+        """The JSON path, and the folder beside it that holds the benchmark's runs."""
+        out = Path(self.out or f"bench/out/{benchmark}-{self.config}-{self.profile}.json")
+        return out, out.parent / f"runs-{out.stem}"
 
 
 def write_result(out: Path, result: dict, table: Callable[[dict], str],
@@ -71,13 +75,6 @@ def write_result(out: Path, result: dict, table: Callable[[dict], str],
 
 def task_digest(tasks) -> str:
     return hashlib.sha256("|".join(t.id for t in tasks).encode()).hexdigest()[:16]
-
-
-def bool_option(opts: dict[str, str], key: str) -> bool:
-    value = opts.get(key, "false")
-    if value not in ("true", "false"):
-        raise KeyError(f"{key}={value!r}: choose true or false")
-    return value == "true"
 
 
 def _fresh_run_dir(run_dir: Path, config_text: str) -> None:

@@ -24,8 +24,9 @@ attack (wall time of the attack's step and the next one, the trainer
 process's peak-RSS growth) and the per-execution overhead of the measures
 (memory cgroup on vs off, interleaved in one run).
 
-Overrides: `out=PATH` (bench/out/hostile.json), `attacks=a,b` (all),
-`repeats=N` (overhead rounds, 5), `n=N` (executions per round, 10).
+Options (`wmrl bench hostile --help`): `out=PATH` (bench/out/hostile.json),
+`attacks=a,b` (all), `repeats=N` (overhead rounds, 5), `n=N` (executions per
+round, 10).
 Needs root, like the sandbox.
 """
 
@@ -39,11 +40,13 @@ import sys
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+
+from wmrl.registry import register_benchmark
 
 #: the attack's step (one sandboxed execution plus grading) returns within this
 STEP_BOUND_S = 20.0
@@ -321,7 +324,7 @@ def _benign(task) -> str:
 
 
 def _reply(code: str) -> str:
-    from wmrl.domains.autoresearch.corpus import format_reply
+    from wmrl.domains.autoresearch.protocol import format_reply
 
     return format_reply(code)
 
@@ -402,7 +405,7 @@ class Range:
 
 def _turn(tr, observation_before: str, reply: str) -> dict:
     """What one turn said: its status, reward, the feedback it added and the program's quoted lines in it."""
-    from wmrl.domains.autoresearch.corpus import next_observation
+    from wmrl.domains.autoresearch.protocol import next_observation
 
     empty = next_observation(observation_before, reply, "")
     head = empty.index("Sandbox feedback:\n", len(observation_before) + len(reply)) + len("Sandbox feedback:\n")
@@ -494,19 +497,29 @@ def _overhead(work: Path, repeats: int, n: int) -> dict:
     return out
 
 
-def run(overrides: list[str]) -> Path:
-    from wmrl.bench.harness import write_result
-    from wmrl.domains.autoresearch.tasks import load_suite, split
+@dataclass
+class HostileOptions:
+    out: str = field(default="bench/out/hostile.json", metadata={"help": "JSON path"})
+    attacks: str | None = field(default=None, metadata={"help": "comma-separated attack names (default: all)"})
+    repeats: int = field(default=5, metadata={"help": "overhead rounds"})
+    n: int = field(default=10, metadata={"help": "executions per overhead round"})
 
-    opts = dict(o.split("=", 1) for o in overrides)
-    unknown = set(opts) - {"out", "attacks", "repeats", "n"}
-    if unknown:
-        raise KeyError(f"unknown hostile benchmark overrides: {sorted(unknown)}")
-    names = opts["attacks"].split(",") if "attacks" in opts else [a.name for a in ATTACKS]
-    missing = set(names) - {a.name for a in ATTACKS}
-    if missing:
-        raise KeyError(f"unknown attacks {sorted(missing)}; see wmrl.bench.hostile.ATTACKS")
-    out = Path(opts.get("out", "bench/out/hostile.json"))
+    def validate(self) -> None:
+        missing = sorted(set((self.attacks or "").split(",")) - {a.name for a in ATTACKS} - {""})
+        if missing:
+            raise ValueError(f"unknown attacks {missing}; see wmrl.bench.hostile.ATTACKS")
+        if min(self.repeats, self.n) < 1:
+            raise ValueError("repeats and n must be >= 1")
+
+
+@register_benchmark("hostile", options=HostileOptions)
+def run(opts: HostileOptions, _: list[str]) -> Path:
+    from wmrl.bench.harness import write_result
+    from wmrl.domains.autoresearch.suite import load_suite
+    from wmrl.domains.autoresearch.tasks import split
+
+    names = opts.attacks.split(",") if opts.attacks else [a.name for a in ATTACKS]
+    out = Path(opts.out)
     task = smallest_task(split(load_suite(), "train"))
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="wmrl-bench-hostile-") as tmp:
@@ -515,7 +528,7 @@ def run(overrides: list[str]) -> Path:
             rows = [run_attack(rng, a) for a in ATTACKS if a.name in names]
         finally:
             rng.close()
-        overhead = _overhead(Path(tmp), int(opts.get("repeats", 5)), int(opts.get("n", 10)))
+        overhead = _overhead(Path(tmp), opts.repeats, opts.n)
     classes = {}
     for k in sorted({r["class"] for r in rows}):
         mine = [r for r in rows if r["class"] == k]

@@ -6,16 +6,19 @@ repository, so a reader can check every number), and this module renders those
 files with each benchmark's own `table()` between the README's markers. Missing
 files are listed as not yet measured rather than silently left out.
 
-Overrides: `dir=PATH` (bench/results), `readme=PATH` (README.md).
+Options (`wmrl bench results --help`): `dir=PATH` (bench/results),
+`readme=PATH` (README.md).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wmrl.bench.harness import fmt
+from wmrl.registry import register_benchmark
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 
@@ -100,9 +103,15 @@ def render(results_dir: Path) -> str:
     return "\n".join(parts)
 
 
-def run(overrides: list[str]) -> Path:
-    opts = dict(o.split("=", 1) for o in overrides)
-    results_dir, readme = Path(opts.get("dir", "bench/results")), Path(opts.get("readme", "README.md"))
+@dataclass
+class ResultsOptions:
+    dir: str = field(default="bench/results", metadata={"help": "the folder of the benchmarks' JSON"})
+    readme: str = field(default="README.md", metadata={"help": "the file whose markers the section goes between"})
+
+
+@register_benchmark("results", options=ResultsOptions)
+def run(opts: ResultsOptions, _: list[str]) -> Path:
+    results_dir, readme = Path(opts.dir), Path(opts.readme)
     text = readme.read_text()
     if START not in text or END not in text:
         raise KeyError(f"{readme} has no {START} ... {END} markers to write the results between")

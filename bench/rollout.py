@@ -8,33 +8,47 @@ the training tasks' real prompts: per batch size, `repeats` rounds, tokens =
 reply tokens actually generated; the figure is the median tokens/s over rounds
 and the spread max - min. CPU only here (the vLLM engine is the GPU path).
 
-Overrides: `batch=1,4,8,16`, `repeats=N` (3), `profile=quick|full`,
-`out=PATH`, and any run-config key (e.g. `domain.agent=PATH` for another model).
+Options (`wmrl bench rollout --help`): `batch=1,4,8,16`, `repeats=N`,
+`profile=quick|full`, `out=PATH`, and any run-config key of the autoresearch
+config (e.g. `domain.agent=PATH` for another model).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from wmrl.bench.harness import split_options, write_result
+from wmrl.bench.harness import write_result
 from wmrl.config import load_config
 from wmrl.core.registry import DOMAINS
-from wmrl.domains.autoresearch.corpus import format_prompt
+from wmrl.domains.autoresearch.protocol import format_prompt
+from wmrl.registry import register_benchmark
 
 PROFILES = {"quick": ([1, 8], 2), "full": ([1, 4, 8, 16, 32], 3)}
-_OWN_KEYS = ("batch", "repeats", "out")
 
 
-def run(overrides: list[str]) -> Path:
-    opts, user = split_options(overrides, _OWN_KEYS)
-    profile = opts["profile"]
+@dataclass
+class RolloutOptions:
+    profile: str = field(default="full", metadata={"help": "quick | full"})
+    batch: str | None = field(default=None, metadata={"help": "comma-separated batch sizes (default: the profile's)"})
+    repeats: int | None = field(default=None, metadata={"help": "rounds per batch size (default: the profile's)"})
+    out: str | None = field(default=None, metadata={"help": "JSON path (default: bench/out/rollout-<profile>.json)"})
+
+    def validate(self) -> None:
+        if self.profile not in PROFILES:
+            raise ValueError(f"profile={self.profile!r}: choose quick or full")
+
+
+@register_benchmark("rollout", options=RolloutOptions, run_config=True)
+def run(opts: RolloutOptions, user: list[str]) -> Path:
+    profile = opts.profile
     batches, repeats = PROFILES[profile]
-    batches = [int(b) for b in opts["batch"].split(",")] if "batch" in opts else batches
-    repeats = int(opts.get("repeats", repeats))
+    batches = [int(b) for b in opts.batch.split(",")] if opts.batch else batches
+    repeats = opts.repeats or repeats
     cfg = load_config("autoresearch", user)
     domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
     policy = domain.make_policy(0)
@@ -57,7 +71,7 @@ def run(overrides: list[str]) -> Path:
     result = {"benchmark": "rollout", "profile": profile, "agent": cfg.domain.agent,
               "max_new_tokens": cfg.domain.max_new_tokens, "repeats": repeats, "device": "cpu",
               "torch_threads": torch.get_num_threads(), "rows": rows}
-    out = Path(opts.get("out", f"bench/out/rollout-{profile}.json"))
+    out = Path(opts.out or f"bench/out/rollout-{profile}.json")
     return write_result(out, result, table)
 
 

@@ -14,8 +14,9 @@ from call to return, isolation included):
 * pool throughput (executions/s of a short scikit-learn script) for
   slots = 1, 2, ..., os.cpu_count() through the zygote.
 
-Overrides: `repeats=N` (3), `n=N` (10), `pool_jobs=N` (jobs per slot, 20),
-`slots=1,2,4` (default 1..cpu_count), `out=PATH` (bench/out/sandbox.json).
+Options (`wmrl bench sandbox --help`): `repeats=N` (3), `n=N` (10),
+`pool_jobs=N` (jobs per slot, 20), `slots=1,2,4` (default 1..cpu_count),
+`out=PATH` (bench/out/sandbox.json).
 The default run takes about 1.5 minutes on 2 cores. Needs root (see the
 sandbox module); a run that is not "ok" aborts the benchmark.
 """
@@ -30,10 +31,12 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from wmrl.bench.harness import write_result
 from wmrl.domains.autoresearch.sandbox import Job, Sandbox, SandboxLimits, SandboxPool
+from wmrl.registry import register_benchmark
 
 TRIVIAL = "print(1)\n"
 
@@ -138,21 +141,31 @@ def _throughput(work: Path, slot_list: list[int], jobs_per_slot: int) -> list[di
     return rows
 
 
-def run(overrides: list[str]) -> Path:
-    opts = dict(o.split("=", 1) for o in overrides)
-    unknown = set(opts) - {"repeats", "n", "pool_jobs", "slots", "out"}
-    if unknown:
-        raise KeyError(f"unknown sandbox benchmark overrides: {sorted(unknown)}")
-    repeats, n = int(opts.get("repeats", 3)), int(opts.get("n", 10))
+@dataclass
+class SandboxOptions:
+    repeats: int = field(default=3, metadata={"help": "rounds; the figure is the median over rounds"})
+    n: int = field(default=10, metadata={"help": "executions per round and path"})
+    pool_jobs: int = field(default=20, metadata={"help": "pool jobs per slot"})
+    slots: str | None = field(default=None, metadata={"help": "comma-separated slot counts (default 1..cpu_count)"})
+    out: str = field(default="bench/out/sandbox.json", metadata={"help": "JSON path"})
+
+    def validate(self) -> None:
+        if min(self.repeats, self.n, self.pool_jobs) < 1:
+            raise ValueError("repeats, n and pool_jobs must be >= 1")
+
+
+@register_benchmark("sandbox", options=SandboxOptions)
+def run(opts: SandboxOptions, _: list[str]) -> Path:
+    repeats, n = opts.repeats, opts.n
     cpus = os.cpu_count() or 1
-    slot_list = [int(s) for s in opts["slots"].split(",")] if "slots" in opts else list(range(1, cpus + 1))
-    out = Path(opts.get("out", "bench/out/sandbox.json"))
+    slot_list = [int(s) for s in opts.slots.split(",")] if opts.slots else list(range(1, cpus + 1))
+    out = Path(opts.out)
     work = Path(tempfile.mkdtemp(prefix="wmrl-bench-sandbox-"))
     started = time.time()
     load_before = os.getloadavg()
     try:
         latency = _latency(work, repeats, n)
-        throughput = _throughput(work, slot_list, int(opts.get("pool_jobs", 20)))
+        throughput = _throughput(work, slot_list, opts.pool_jobs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     import numpy

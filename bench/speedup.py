@@ -9,21 +9,23 @@ against training wall-clock and against real executions, the time to reach the
 seeds, the share of step time spent in real execution and the ideal speed-up
 that share implies, and whether the targets of DESIGN section 6 hold.
 
-Overrides: `config=NAME` (synthetic-program | synthetic-control | autoresearch),
-`profile=quick|full` (default full), `seeds=N`, `modes=a,b,...`, `out=PATH`,
-`resume=true` (keep the finished runs of an earlier invocation with the same
-config, e.g. one cut short, and run only the rest), and
-any run-config key (e.g. `trainer.steps=40`), applied to every mode after the
-profile's own. `quick` is a smoke run of the whole pipeline (about 5 minutes
+Options (`wmrl bench speedup --help`): `config=NAME` (synthetic-program |
+synthetic-control | autoresearch), `profile=quick|full` (default full),
+`seeds=N`, `modes=a,b,...`, `out=PATH`, `resume=true` (keep the finished runs
+of an earlier invocation with the same config, e.g. one cut short, and run
+only the rest), and any run-config key (e.g. `trainer.steps=40`), applied to
+every mode after the profile's own. `quick` is a smoke run of the whole pipeline (about 5 minutes
 on 2 cores once the embedded agent is cached); `full` is the measurement.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from wmrl.bench.harness import bool_option, fmt, output_paths, run_one, split_options, summarize, write_result
+from wmrl.bench.harness import ProfileOptions, fmt, run_one, summarize, write_result
+from wmrl.registry import register_benchmark
 
 #: mode name -> overrides; the ablation ladder of DESIGN section 2
 MODES = {
@@ -58,26 +60,33 @@ PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
         "full": (3, tuple(MODES), ["trainer.steps=20", "trainer.eval_every=5"]),
     },
 }
-_OWN_KEYS = ("config", "seeds", "modes", "out", "resume")
 
 
-def run(overrides: list[str]) -> Path:
-    opts, user = split_options(overrides, _OWN_KEYS)
-    config, profile = opts.get("config", "synthetic-program"), opts["profile"]
+@dataclass
+class SpeedupOptions(ProfileOptions):
+    modes: str | None = field(default=None, metadata={"help": "comma-separated modes (default: the profile's)"})
+    resume: bool = field(default=False, metadata={"help": "keep finished runs of an earlier invocation"})
+
+    def validate(self) -> None:
+        super().validate()
+        unknown = [m for m in (self.modes or "").split(",") if m and m not in MODES]
+        if unknown:
+            raise ValueError(f"modes: unknown {', '.join(unknown)}; available: {', '.join(MODES)}")
+
+
+@register_benchmark("speedup", options=SpeedupOptions, run_config=True)
+def run(opts: SpeedupOptions, user: list[str]) -> Path:
+    config, profile = opts.config, opts.profile
     seeds, modes, base = PROFILES.get(config, {}).get(profile, (3, LADDER, []))
-    seeds = int(opts.get("seeds", seeds))
-    modes = tuple(opts["modes"].split(",")) if "modes" in opts else modes
-    reuse = bool_option(opts, "resume")
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise KeyError(f"modes: unknown {', '.join(unknown)}; available: {', '.join(MODES)}")
+    seeds = opts.seeds or seeds
+    modes = tuple(opts.modes.split(",")) if opts.modes else modes
     rest = [*base, *user]
-    out, work = output_paths(opts, f"bench/out/speedup-{config}-{profile}.json")
+    out, work = opts.output_paths("speedup")
     runs = []
     for seed in range(seeds):
         for mode in modes:  # interleaved: drift hits every mode alike
             run_dir = work / mode / f"seed{seed}"
-            runs.append(run_one(config, [*rest, *MODES[mode]], run_dir, mode, seed, reuse=reuse))
+            runs.append(run_one(config, [*rest, *MODES[mode]], run_dir, mode, seed, reuse=opts.resume))
     result = {"benchmark": "speedup", "config": config, "profile": profile, "overrides": rest, **summarize(runs)}
     result["targets"] = targets(result)
     return write_result(out, result, table, plot)

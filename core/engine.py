@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from wmrl.core.validation import validate_config
+
 __all__ = ["EngineConfig", "Engine", "ensure_distributed"]
 
 log = logging.getLogger(__name__)
@@ -45,8 +47,8 @@ log = logging.getLogger(__name__)
 _CLIENT_KEY = "wmrl_client_state"
 _LATEST = "latest"
 
-# DeepSpeed's ZeRO-3 on torch>=2.13 calls a deprecated collective on every step.
-warnings.filterwarnings("ignore", message=r".*reduce_scatter_tensor.*deprecated", category=FutureWarning)
+#: DeepSpeed's ZeRO-3 on torch>=2.13 calls a deprecated collective on every step; silenced around our calls only
+_DEPRECATED_COLLECTIVE = r".*reduce_scatter_tensor.*deprecated"
 
 
 @dataclass
@@ -59,7 +61,7 @@ class EngineConfig:
     grad_clip: float = 1.0  # max global grad L2 norm; 0 disables clipping
     bf16: bool = False
 
-    def __post_init__(self) -> None:
+    def validate(self) -> None:
         if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage, int) or not 0 <= self.zero_stage <= 3:
             raise ValueError(f"engine.zero_stage must be an integer in 0..3, got {self.zero_stage!r}")
         if not (math.isfinite(self.lr) and self.lr > 0):
@@ -157,6 +159,7 @@ class Engine:
     def __init__(self, module: torch.nn.Module, cfg: EngineConfig) -> None:
         import deepspeed
 
+        validate_config(cfg)
         ensure_distributed()
         self.cfg = cfg
         params = [p for p in module.parameters() if p.requires_grad]
@@ -202,14 +205,16 @@ class Engine:
             raise ValueError("Engine.step: loss does not require grad (was it computed under no_grad?)")
         if not bool(torch.isfinite(loss.detach()).item()):
             raise FloatingPointError(f"Engine.step: non-finite loss ({loss.item()}); update skipped, weights unchanged")
-        self._ds.backward(loss)
-        pre_norm: float | None = None
-        if self._own_grad_norm:
-            # Gradients are already all-reduced by backward(); norm before DeepSpeed clips.
-            grads = [p.grad for p in self._trainable if p.grad is not None]
-            pre_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
-        lr = float(self._ds.get_lr()[0])
-        self._ds.step()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_DEPRECATED_COLLECTIVE, category=FutureWarning)
+            self._ds.backward(loss)
+            pre_norm: float | None = None
+            if self._own_grad_norm:
+                # Gradients are already all-reduced by backward(); norm before DeepSpeed clips.
+                grads = [p.grad for p in self._trainable if p.grad is not None]
+                pre_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
+            lr = float(self._ds.get_lr()[0])
+            self._ds.step()
         if pre_norm is None:
             ds_norm = self._ds.get_global_grad_norm()
             pre_norm = float("nan") if ds_norm is None else float(ds_norm)

@@ -40,6 +40,7 @@ from wmrl.core.debias import DebiasConfig, IsotonicDebiaser, within_group_residu
 from wmrl.core.denoise import DenoiseConfig, InverseVarianceDenoiser
 from wmrl.core.interfaces import RewardEstimator
 from wmrl.core.registry import ESTIMATORS
+from wmrl.core.validation import validate_config
 from wmrl.core.types import Estimate, Group
 
 
@@ -52,6 +53,30 @@ class EstimatorConfig:
     debias: DebiasConfig = field(default_factory=DebiasConfig)
     denoise: DenoiseConfig = field(default_factory=DenoiseConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+
+    def validate(self) -> None:
+        if self.mode not in ESTIMATORS:
+            raise ValueError(f"estimator.mode: unknown mode {self.mode!r}; choose one of {', '.join(ESTIMATORS.names())}")
+        if not self.lambda_half_life > 0:
+            raise ValueError(f"estimator.lambda_half_life must be > 0 (steps), got {self.lambda_half_life!r}")
+
+
+@dataclass(frozen=True)
+class ModePlan:
+    """What a mode means for the loop: the anchor fraction rho it runs at, and whether a WM grades anything."""
+
+    anchor_fraction: float
+    uses_world_model: bool
+
+
+def plan_mode(cfg: EstimatorConfig, configured_fraction: float) -> ModePlan:
+    """Resolve `estimator.mode` against `anchors.fraction`, the one place a mode fixes or requires rho."""
+    cls = ESTIMATORS.get(cfg.mode)
+    rho = configured_fraction if cls.fixed_anchor_fraction is None else cls.fixed_anchor_fraction
+    if cls.needs_anchors and not 0.0 < rho <= 1.0:
+        raise ValueError(f"anchors.fraction is {rho:g} in mode {cfg.mode}: it needs an anchor stream, "
+                         "anchors.fraction in (0, 1]; use estimator.mode=wm for none")
+    return ModePlan(rho, cls.uses_world_model)
 
 
 def _real(group: Group) -> list[float | None]:
@@ -67,10 +92,9 @@ def _count_unknown(groups: Sequence[Group], which) -> int:
 
 
 class _Base(RewardEstimator):
-    def __init__(self, cfg: EstimatorConfig, anchor_fraction: float):
-        cfg.advantage.validate()
+    def __init__(self, cfg: EstimatorConfig, plan: ModePlan):
         self.cfg = cfg
-        self.anchor_fraction = anchor_fraction
+        self.anchor_fraction = plan.anchor_fraction
 
     def _finish(self, groups, rewards, advantages, weights, diag) -> Estimate:
         # weight 0 where no advantage: excluded trajectories never enter the loss
@@ -103,9 +127,7 @@ class RealEstimator(_Base):
     """Standard GRPO on real execution: every group is graded by the RealEnv."""
 
     uses_world_model = False
-
-    def __init__(self, cfg: EstimatorConfig, anchor_fraction: float = 1.0):
-        super().__init__(cfg, 1.0)
+    fixed_anchor_fraction = 1.0
 
     def estimate(self, groups: Sequence[Group]) -> Estimate:
         return self._single_source(groups, _real)
@@ -115,8 +137,7 @@ class RealEstimator(_Base):
 class WorldModelEstimator(_Base):
     """Pure world model, no anchors and no corrections (the lower baseline)."""
 
-    def __init__(self, cfg: EstimatorConfig, anchor_fraction: float = 0.0):
-        super().__init__(cfg, 0.0)
+    fixed_anchor_fraction = 0.0
 
     def estimate(self, groups: Sequence[Group]) -> Estimate:
         return self._single_source(groups, _wm)
@@ -126,12 +147,10 @@ class WorldModelEstimator(_Base):
 class WMRLEstimator(_Base):
     """World-model grades corrected by Online Debiasing and Inverse-Variance Denoising."""
 
-    def __init__(self, cfg: EstimatorConfig, anchor_fraction: float = 0.1):
-        if not 0.0 < anchor_fraction <= 1.0:
-            raise ValueError("mode wmrl needs anchors.fraction in (0, 1]; use mode wm for no anchors")
-        super().__init__(cfg, anchor_fraction)
-        if not cfg.lambda_half_life > 0:
-            raise ValueError(f"estimator.lambda_half_life must be > 0 (steps), got {cfg.lambda_half_life!r}")
+    needs_anchors = True
+
+    def __init__(self, cfg: EstimatorConfig, plan: ModePlan):
+        super().__init__(cfg, plan)
         self.debiaser = IsotonicDebiaser(cfg.debias)
         self.denoiser = InverseVarianceDenoiser(cfg.denoise)
         self._power = [0.0, 0.0]  # running sum(T * A_wm), sum(A_wm^2) over earlier steps' anchors
@@ -235,6 +254,7 @@ class WMRLEstimator(_Base):
         self._power = list(state.get("power", [0.0, 0.0]))  # checkpoints from before lambda tuning: no history
 
 
-def build_estimator(cfg: EstimatorConfig, anchor_fraction: float) -> RewardEstimator:
-    """The estimator for `cfg.mode` (an unknown mode lists the registered ones)."""
-    return ESTIMATORS.get(cfg.mode)(cfg, anchor_fraction)
+def build_estimator(cfg: EstimatorConfig, configured_fraction: float) -> RewardEstimator:
+    """The estimator for `cfg.mode` at the anchor fraction the mode resolves to (see `plan_mode`)."""
+    validate_config(cfg)
+    return ESTIMATORS.get(cfg.mode)(cfg, plan_mode(cfg, configured_fraction))

@@ -15,11 +15,11 @@ returns a list aligned the same way (`None` where no action was given).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
-from wmrl.core.types import Estimate, Group, Outcome, Prediction, Task, Trajectory, Transition
+from wmrl.core.types import Estimate, Group, Outcome, Prediction, Task, Trajectory, Transition, sum_or_none
 
 
 class Policy(ABC):
@@ -60,10 +60,11 @@ class RealEnv(ABC):
 
     def outcome(self, trajectory: Trajectory) -> Outcome:
         """The verdict on a finished real episode: its summed reward, unknown if any step was."""
-        if any(r is None for r in trajectory.step_rewards):
+        total = sum_or_none(trajectory.step_rewards)
+        if total is None:
             return Outcome(None, "infra", {"reason": "a step's reward was unknown"})
         status = trajectory.infos[-1].get("status", "ok") if trajectory.infos else "ok"
-        return Outcome(float(sum(trajectory.step_rewards)), status)
+        return Outcome(total, status)
 
     def close(self) -> None:
         """Release sandboxes, simulators, processes."""
@@ -89,32 +90,25 @@ class WorldModel(ABC):
         if not trajectories:
             return []
         self.reset([t.task for t in trajectories])
-        means = [0.0] * len(trajectories)
-        variances: list[float | None] = [0.0] * len(trajectories)
-        known = [True] * len(trajectories)
+        rewards: list[list[float | None]] = [[] for _ in trajectories]
+        variances: list[list[float | None]] = [[] for _ in trajectories]
         for turn in range(max(t.turns for t in trajectories)):
             actions = [t.actions[turn] if turn < t.turns else None for t in trajectories]
             for i, tr in enumerate(self.step(actions)):
-                if tr is None:
-                    continue
-                if tr.reward is None:
-                    known[i] = False
-                    continue
-                means[i] += tr.reward
-                variances[i] = None if tr.reward_var is None or variances[i] is None else variances[i] + tr.reward_var
+                if tr is not None:
+                    rewards[i].append(tr.reward)
+                    variances[i].append(tr.reward_var)
+        means = [sum_or_none(r) for r in rewards]
         return [
-            Prediction.checked(m, v) if ok else Prediction(None, error="world model gave no reward")
-            for m, v, ok in zip(means, variances, known)
+            Prediction.checked(m, sum_or_none(v)) if m is not None else Prediction(None, error="world model gave no reward")
+            for m, v in zip(means, variances)
         ]
 
     def fit(self, anchors: Sequence[Trajectory]) -> None:
         """Learn from the step's real-graded anchor trajectories (each carries `.real` and,
         when the WM graded it, `.wm`); called once per step after the pairs are stored.
-        World models that learn online override this; the default learns nothing."""
-
-    def wait(self) -> None:
-        """Block until a fit running in the background has finished (before a checkpoint or an
-        evaluation); WMs that fit synchronously have nothing to wait for."""
+        World models that learn online override this; the default learns nothing. Fit
+        synchronously: the trainer's runtime runs it in the background if configured."""
 
     def state_dict(self) -> dict:
         """What a checkpoint must hold for an exact resume (a learning WM's data/weights)."""
@@ -125,12 +119,21 @@ class WorldModel(ABC):
 
 
 class RewardEstimator(ABC):
-    """Turns graded groups into rewards, advantages and weights (the WMRL math)."""
+    """Turns graded groups into rewards, advantages and weights (the WMRL math).
 
-    #: fraction of groups this estimator wants graded by the real environment
-    anchor_fraction: float = 0.0
+    A registered mode (`@wmrl.register_estimator("name")`) is built as `cls(cfg, plan)`: its
+    `EstimatorConfig` and the `ModePlan` that `estimators.plan_mode` resolved from the class
+    attributes below and `anchors.fraction`.
+    """
+
+    #: the anchor fraction this mode always runs at (real: 1, wm: 0); None: `anchors.fraction`
+    fixed_anchor_fraction: ClassVar[float | None] = None
+    #: whether the mode needs a positive anchor fraction (it learns from the anchor stream)
+    needs_anchors: ClassVar[bool] = False
     #: whether the world model grades anything
-    uses_world_model: bool = True
+    uses_world_model: ClassVar[bool] = True
+    #: the fraction of groups graded by the real environment in this run (resolved by `plan_mode`)
+    anchor_fraction: float = 0.0
 
     @abstractmethod
     def estimate(self, groups: Sequence[Group]) -> Estimate:

@@ -1,6 +1,6 @@
-"""Name -> factory registries, so a new domain, world model or estimator is one decorator.
+"""Name -> entry registries, so a new domain, world model, estimator or benchmark is one decorator.
 
-A `type`/`name` key in the config selects the entry; an unknown name is an error
+A `name`/`type` key in the config selects the entry; an unknown name is an error
 that lists what is registered, which is what a user mistyping a name needs.
 """
 
@@ -16,15 +16,18 @@ def _qualname(obj: Any) -> str:
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, identity: Callable[[T], Any] = lambda entry: entry):
         self.kind = kind
+        self._identity = identity  # what makes two registrations the same definition
         self._entries: dict[str, T] = {}
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
             old = self._entries.get(name)
-            if old is not None and old is not obj and _qualname(old) != _qualname(obj):
-                raise ValueError(f"{self.kind} {name!r} is already registered to {_qualname(old)}")
+            if old is not None:
+                was, new = self._identity(old), self._identity(obj)
+                if was is not new and _qualname(was) != _qualname(new):
+                    raise ValueError(f"{self.kind} {name!r} is already registered to {_qualname(was)}")
             # the same definition run again (a notebook cell, a reload) replaces itself
             self._entries[name] = obj
             return obj
@@ -49,5 +52,7 @@ class Registry(Generic[T]):
 ESTIMATORS: Registry[type] = Registry("estimator mode")
 #: domains: name -> Domain subclass
 DOMAINS: Registry[type] = Registry("domain")
-#: world models usable by several domains
-WORLD_MODELS: Registry[Callable[..., Any]] = Registry("world model")
+#: world models: name -> WorldModelSpec (factory, typed config, the domains it serves)
+WORLD_MODELS: Registry[Any] = Registry("world model", identity=lambda spec: spec.factory)
+#: benchmarks: name -> BenchmarkSpec (run function, typed options)
+BENCHMARKS: Registry[Any] = Registry("benchmark", identity=lambda spec: spec.run)

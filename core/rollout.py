@@ -18,7 +18,7 @@ from typing import Sequence
 import torch
 
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
-from wmrl.core.types import Prediction, Task, Trajectory, Transition
+from wmrl.core.types import Prediction, Task, Trajectory, Transition, sum_or_none
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,8 @@ def rollout(
 
 def wm_prediction(traj: Trajectory) -> Prediction:
     """The world model's grade of an episode it simulated: summed means and variances."""
-    if not traj.step_rewards or any(r is None for r in traj.step_rewards):
+    mean = sum_or_none(traj.step_rewards) if traj.step_rewards else None
+    if mean is None:
         err = next((i.get("error") for i in traj.infos if i.get("error")), "world model gave no reward")
         return Prediction(None, error=str(err))
-    var = None if any(v is None for v in traj.step_reward_vars) else sum(traj.step_reward_vars)
-    return Prediction.checked(sum(traj.step_rewards), var)
+    return Prediction.checked(mean, sum_or_none(traj.step_reward_vars))

@@ -5,8 +5,11 @@ model's prediction next to the real outcome it predicted) cost real time and
 money. They are appended to an SQLite database in WAL mode with
 ``synchronous=FULL`` the moment they exist, so a crashed run loses none of them.
 A resumed run looks an execution up by its key before running it again, so the
-same thing is never executed twice. Anchor pairs are also the training data for
-world models and are replayed to rebuild the debiaser on warm start.
+same thing is never executed twice. Anchor pairs are the record of how well the
+world model predicted (reports, fidelity); the debiaser is not rebuilt from them:
+a resumed run restores its state, map and window, from the checkpoint, and
+re-played steps add no pair twice. What warm-starts a world model in another
+run is the real executions themselves (`replay.read_trajectories`).
 
 Writes are idempotent: executions are unique on their caller-chosen ``key`` and
 anchor pairs on ``(run_id, step, group_id, member)``, so re-playing a step after

@@ -11,8 +11,12 @@ One step, in the order the method prescribes (DESIGN section 3):
 Real executions are the expensive, irreplaceable data: each batch is committed to
 the run store as soon as the environment returns it, keyed by its position in the
 run (step, group, member), and a resumed run looks every key up before executing
-anything. Resume restores the last checkpoint (weights, optimizer, RNG, estimator
-state), so the re-played steps draw the same anchors and reuse what was stored.
+anything. Resume restores the last checkpoint (weights, optimizer, the trainer's
+generator, estimator and world-model state), so the re-played steps draw the
+same anchors and reuse what was stored. Randomness comes only from seeded
+generators (the one passed to `Policy.act`, and each component's own): the
+trainer neither seeds nor checkpoints torch's process-wide RNG, so a policy or
+world model that draws from it is not reproducible and must own a generator.
 """
 
 from __future__ import annotations
@@ -23,23 +27,26 @@ import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
 
-from wmrl.core.advantages import group_advantages, signal_cosine
 from wmrl.core.anchors import AnchorConfig, AnchorScheduler
-from wmrl.core.deadline import DeadlineWorldModel
 from wmrl.core.domain import Domain
 from wmrl.core.engine import Engine, EngineConfig
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.loss import SurrogateBatch
-from wmrl.core.replay import eval_key, group_id, read_trajectories, train_key
 from wmrl.core.metrics import MetricsLogger
+from wmrl.core.observers import OracleObserver, StepObserver
+from wmrl.core.registry import WORLD_MODELS
+from wmrl.core.replay import eval_key, group_id, train_key
 from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
 from wmrl.core.store import AnchorPair, ExecutionRecord, RunStore
-from wmrl.core.types import Estimate, Group, Outcome, Prediction, Task, Trajectory
+from wmrl.core.validation import validate_config
+from wmrl.core.types import SPLITS, Estimate, Group, Outcome, Task, Trajectory
+from wmrl.core.wm_runtime import WorldModelRuntime
+from wmrl.core.wm_spec import WorldModelConfig
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +63,6 @@ class TrainerConfig:
     eval_splits: list[str] = field(default_factory=lambda: ["test_id", "test_ood"])
     checkpoint_every: int = 5
     seed: int = 0
-    wm_warm_start: list[str] = field(default_factory=list)  # run stores whose training executions pre-fit the WM
-    wm_timeout_s: float = 0.0  # deadline per world-model call (0: none); a call past it is an unknown grade
 
     def validate(self) -> None:
         for name in ("steps", "groups_per_step", "group_size", "ppo_epochs", "eval_samples", "checkpoint_every"):
@@ -65,15 +70,15 @@ class TrainerConfig:
                 raise ValueError(f"trainer.{name} must be >= 1")
         if self.group_size < 2:
             raise ValueError("trainer.group_size must be >= 2: GRPO needs a group baseline")
-        if not self.wm_timeout_s >= 0:
-            raise ValueError("trainer.wm_timeout_s must be >= 0 (0: no deadline)")
-        for path in self.wm_warm_start:
-            if not Path(path).is_file():
-                raise ValueError(f"trainer.wm_warm_start: no run store at {path}; point it at a run's store.sqlite")
+        unknown = [s for s in self.eval_splits if s not in SPLITS]
+        if unknown:
+            raise ValueError(f"trainer.eval_splits: unknown split {unknown[0]!r}; splits are {', '.join(SPLITS)}")
 
 
-#: called after each step with (step, groups, estimate); what it returns is logged with the step's metrics
-StepObserver = Callable[[int, list[Group], Estimate], dict]
+def default_world_model(domain: Domain) -> WorldModelConfig | None:
+    """The config of the domain's default world model, every key at its default (None: it has none)."""
+    name = domain.default_world_model
+    return None if name is None else WORLD_MODELS.get(name).config_class(type=name)
 
 
 class Trainer:
@@ -85,26 +90,29 @@ class Trainer:
         estimator: EstimatorConfig,
         anchors: AnchorConfig,
         engine: EngineConfig,
+        world_model: WorldModelConfig | None = None,
         run_dir: str | Path,
         run_id: str = "run",
         tensorboard: bool = True,
     ):
-        trainer.validate()
-        anchors.validate()
+        """`world_model`: the `world_model:` section (None: the domain's default world model)."""
+        for section in (trainer, anchors, world_model):
+            validate_config(section)  # the engine and the estimator check their own sections
         self.cfg = trainer
         self.domain = domain
         self.run_id = run_id
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(trainer.seed)
         self.policy = domain.make_policy(trainer.seed)
         self.engine = Engine(self.policy.module, engine)
         self.estimator = build_estimator(estimator, anchors.fraction)
-        self._advantage_cfg = estimator.advantage
         self.env = domain.make_real_env()
-        self.world_model = domain.make_world_model() if self.estimator.uses_world_model else None
-        if self.world_model is not None and trainer.wm_timeout_s:
-            self.world_model = DeadlineWorldModel(self.world_model, trainer.wm_timeout_s)
+        self.world_model: WorldModelRuntime | None = None
+        if self.estimator.uses_world_model:
+            wm_cfg = world_model if world_model is not None else default_world_model(domain)
+            if wm_cfg is None:
+                raise ValueError(f"mode {estimator.mode} needs a world model and domain {type(domain).__name__} has none")
+            self.world_model = WorldModelRuntime(domain.make_world_model(wm_cfg), wm_cfg.runtime)
         self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction)
         self.store = RunStore(self.dir / "store.sqlite")
         self.generator = torch.Generator().manual_seed(trainer.seed)
@@ -116,10 +124,11 @@ class Trainer:
         self.real_wall = 0.0  # cumulative wall-clock of real execution, survives resume
         self.wall = 0.0
         self.real_executions = 0  # real training episodes consumed (eval episodes not counted)
-        self.observers: list[StepObserver] = []  # diagnostics that look at every step (benchmarks); outside the wall
+        #: diagnostics that look at every step, outside the wall (`core/observers.py`)
+        self.observers: list[StepObserver] = [OracleObserver(domain, estimator.advantage)]
         self._resume()
-        if self.step == 0 and self.world_model is not None and trainer.wm_warm_start:
-            self._warm_start(trainer.wm_warm_start)
+        if self.step == 0 and self.world_model is not None:
+            self.world_model.warm_start()
         self.metrics = MetricsLogger(self.dir, resume_step=self.step, tensorboard=tensorboard)
 
     # ------------------------------------------------------------------ state
@@ -127,7 +136,6 @@ class Trainer:
         return {
             "step": self.step,
             "generator": self.generator.get_state(),
-            "torch_rng": torch.get_rng_state(),
             "estimator": self.estimator.state_dict(),
             "world_model": self.world_model.state_dict() if self.world_model is not None else {},
             "history": self.history,
@@ -145,7 +153,6 @@ class Trainer:
             raise ValueError(f"{self.dir} holds run {state['run_id']!r}, not {self.run_id!r}: use another run_dir")
         self.step = int(state["step"])
         self.generator.set_state(state["generator"])
-        torch.set_rng_state(state["torch_rng"])
         self.estimator.load_state_dict(state["estimator"])
         if self.world_model is not None:
             self.world_model.load_state_dict(state["world_model"])
@@ -154,17 +161,8 @@ class Trainer:
         self.real_executions = int(state["real_executions"])
         log.info("resumed %s at step %d", self.dir, self.step)
 
-    def _warm_start(self, stores: Sequence[str]) -> None:
-        """Fit the WM on other runs' real training executions before the first step (never their eval episodes)."""
-        for path in stores:
-            trajs = [s.trajectory for s in read_trajectories(path)]
-            log.info("warm-starting the world model on %d real trajectories from %s", len(trajs), path)
-            if trajs:
-                self.world_model.fit(trajs)
-
     def save(self) -> Path:
-        if self.world_model is not None:
-            self.world_model.wait()  # a checkpoint holds a finished fit, not one half-way
+        # the runtime's state_dict waits for queued fits: a checkpoint holds a finished fit, not one half-way
         return self.engine.save(self.dir / "checkpoints", f"step{self.step:06d}", self._client_state())
 
     # ------------------------------------------------------------------ real execution
@@ -210,19 +208,6 @@ class Trainer:
         idx = rng.choice(len(self.train_tasks), size=n, replace=n > len(self.train_tasks))
         return [self.train_tasks[i] for i in idx]
 
-    def _wm_grade(self, trajs: list[Trajectory]) -> float:
-        t0 = time.perf_counter()
-        try:
-            preds = self.world_model.predict(trajs)
-            if len(preds) != len(trajs):
-                raise RuntimeError(f"predict returned {len(preds)} predictions for {len(trajs)} trajectories")
-        except Exception as exc:
-            log.warning("world model predict failed: %r; %d anchor trajectories lack a WM grade", exc, len(trajs))
-            preds = [Prediction(None, error=repr(exc))] * len(trajs)
-        for traj, p in zip(trajs, preds):
-            traj.wm = p if p.mean is None else Prediction.checked(p.mean, p.var, p.samples)
-        return time.perf_counter() - t0
-
     def collect(self, step: int) -> tuple[list[Group], dict]:
         """Roll out and grade one step's groups (anchors by both scorers, the rest by the WM)."""
         G = self.cfg.group_size
@@ -237,7 +222,9 @@ class Trainer:
         )
         wm_time = 0.0
         if self.world_model is not None and real_trajs:
-            wm_time += self._wm_grade(real_trajs)
+            t0 = time.perf_counter()
+            self.world_model.grade(real_trajs)
+            wm_time = time.perf_counter() - t0
         for j, g in enumerate(anchor_groups):
             g.trajectories = real_trajs[j * G : (j + 1) * G]
 
@@ -279,7 +266,6 @@ class Trainer:
             **est.diagnostics,
             **update,
             **times,
-            **self.oracle_diagnostics(groups, est),
             **observed,
             "time_update": update_time,
             "time_step": step_time,
@@ -295,12 +281,8 @@ class Trainer:
             if t.wm is not None and t.wm.known and t.real is not None and t.real.known
         ]
         self.store.add_anchor_pairs(pairs)
-        graded = [t for g in anchor_groups for t in g.trajectories if t.real is not None and t.real.known]
-        if self.world_model is not None and graded:
-            try:
-                self.world_model.fit(graded)
-            except Exception as exc:  # a WM that fails to learn must not stop training
-                log.warning("world model fit failed: %r", exc)
+        if self.world_model is not None:
+            self.world_model.learn([t for g in anchor_groups for t in g.trajectories if t.real is not None and t.real.known])
 
     def _observe(self, step: int, groups: list[Group], est: Estimate) -> dict:
         out: dict = {"observer_errors": 0.0} if self.observers else {}
@@ -311,16 +293,6 @@ class Trainer:
                 log.warning("step observer %r failed: %r", observe, exc)
                 out["observer_errors"] += 1.0
         return out
-
-    def oracle_diagnostics(self, groups: list[Group], est: Estimate) -> dict:
-        """The true mean reward and how well the update's signal agrees with it (NaN where not free)."""
-        oracle = [[self.domain.oracle_reward(t) for t in g.trajectories] for g in groups]
-        vals = [v for vs in oracle for v in vs if v is not None]
-        if not vals:
-            return {"reward_oracle": float("nan"), "advantage_cosine_oracle": float("nan")}
-        ref = [group_advantages(vs, self._advantage_cfg) for vs in oracle]
-        return {"reward_oracle": float(np.mean(vals)),
-                "advantage_cosine_oracle": signal_cosine(est.advantages, est.weights, ref)}
 
     # ------------------------------------------------------------------ update
     def _update(self, groups: list[Group], est: Estimate) -> dict:
@@ -390,7 +362,7 @@ class Trainer:
 
     def close(self) -> None:
         if self.world_model is not None:
-            self.world_model.wait()  # no background fit left running into interpreter shutdown
+            self.world_model.close()  # no background fit left running into interpreter shutdown
         self.metrics.close()
         self.store.close()
         self.env.close()

@@ -13,9 +13,19 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+#: task splits every domain provides: train, held-out in-distribution, held-out out-of-distribution
+SPLITS = ("train", "test_id", "test_ood")
+
+#: Outcome statuses of an attempt that was judged: a real outcome, good or bad.
+GRADED_STATUSES = ("ok", "error", "timeout", "oom", "invalid")
 #: Outcome statuses a real environment may report. `infra` is the environment's
 #: own failure: the grade is unknown, never a judgement of the attempt.
-STATUSES = ("ok", "error", "timeout", "oom", "invalid", "infra")
+STATUSES = (*GRADED_STATUSES, "infra")
+
+
+def sum_or_none(values: Sequence[float | None]) -> float | None:
+    """The sum of per-step rewards or variances; None (unknown) if any one is unknown."""
+    return None if any(v is None for v in values) else float(sum(values))
 
 
 @dataclass(frozen=True)

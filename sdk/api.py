@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from wmrl.config import ConfigError, RunConfig, load_config, to_yaml
+from wmrl.config import ConfigError, RunConfig, load_config, load_run_config, to_yaml
 from wmrl.core.registry import DOMAINS
 from wmrl.core.trainer import Trainer
 
@@ -34,16 +34,15 @@ def build_trainer(cfg: RunConfig) -> Trainer:
     domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
     return Trainer(
         domain, trainer=cfg.trainer, estimator=cfg.estimator, anchors=cfg.anchors, engine=cfg.engine,
-        run_dir=cfg.run_dir, run_id=cfg.run_id, tensorboard=cfg.tensorboard,
+        world_model=cfg.world_model, run_dir=cfg.run_dir, run_id=cfg.run_id, tensorboard=cfg.tensorboard,
     )
 
 
 def _check_same_config(run_dir: Path, cfg: RunConfig) -> None:
     """Resuming with another config would silently mix two experiments; only `trainer.steps` may grow."""
-    saved = run_dir / "config.yaml"
-    if not saved.exists():
+    if not (run_dir / "config.yaml").exists():
         return
-    old = load_config(str(saved))
+    old = load_run_config(run_dir)
     old.trainer.steps = cfg.trainer.steps
     if to_yaml(old) != to_yaml(cfg):
         raise ConfigError(
@@ -81,10 +80,7 @@ def train(cfg: Any = None, overrides: Sequence[str] = (), *, progress: bool = Fa
 
 def evaluate(run_dir: str | Path, splits: Sequence[str] | None = None) -> dict[str, float]:
     """Real held-out reward of a run's latest checkpoint."""
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
-        raise ConfigError(f"{run_dir} is not a wmrl run folder (no config.yaml)")
-    cfg = load_config(str(run_dir / "config.yaml"))
+    cfg = load_run_config(run_dir)
     trainer = build_trainer(cfg)
     try:
         return {s: trainer.evaluate(s)["reward"] for s in (splits or cfg.trainer.eval_splits)}

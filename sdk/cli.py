@@ -4,7 +4,7 @@
     wmrl eval RUN_DIR [--split S ...]     real held-out reward of a run's latest checkpoint
     wmrl eval-wm RUN_DIR [--world-model NAME] [--warmup N]
                                           a world model's fidelity on the run's real executions
-    wmrl bench NAME [key=value ...]       run a benchmark from bench/ (JSON out)
+    wmrl bench NAME [key=value ...]       run a benchmark from bench/ (JSON out); NAME --help lists its options
     wmrl report RUN_DIR                   write RUN_DIR/report.md with plots
 
 Configuration mistakes exit with status 2 and one line that says what to fix,
@@ -43,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir")
     p.add_argument("--world-model", default=None, help="a world model the run's domain offers (default: the run's)")
     p.add_argument("--warmup", type=int, default=32, help="real executions to fit on before predictions count")
-    p = sub.add_parser("bench", help="run a benchmark (JSON out)")
-    p.add_argument("name", help="benchmark name, e.g. modes")
-    p.add_argument("overrides", nargs="*")
+    p = sub.add_parser("bench", help="run a benchmark (JSON out); `wmrl bench NAME --help` lists its options",
+                       add_help=False)
+    p.add_argument("name", help="benchmark name, e.g. speedup")
+    p.add_argument("overrides", nargs=argparse.REMAINDER, help="option=value, or --help")
     p = sub.add_parser("report", help="write a run's Markdown report")
     p.add_argument("run_dir")
     args = parser.parse_args(argv)
@@ -80,9 +81,12 @@ def main(argv: list[str] | None = None) -> int:
                           f"mae={m['mae']} 80% coverage={m['coverage'].get('0.8')}")
             print(f"results: {Path(args.run_dir) / 'wm_eval' / (res['world_model'] + '.json')}")
         elif args.cmd == "bench":
-            from wmrl.bench import run_benchmark
+            from wmrl.bench import help_text, run_benchmark
 
-            print(f"results: {run_benchmark(args.name, args.overrides)}")
+            if {"-h", "--help"} & set(args.overrides):
+                print(help_text(args.name), end="")
+            else:
+                print(f"results: {run_benchmark(args.name, args.overrides)}")
         elif args.cmd == "report":
             from wmrl.report import write_report
 

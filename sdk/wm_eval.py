@@ -11,38 +11,34 @@ deployed on new tasks would be used, each evaluation round after the first is
 predicted again having also learned from the earlier rounds on those tasks
 (sections `<split>_warm`). Any world model the run's domain offers
 can be measured on the same stream (`--world-model`), so two are compared on
-identical data. Metrics are `wmrl.world_models.fidelity`'s; JSON and a plot
-per section go to RUN_DIR/wm_eval/.
+identical data. The model runs under the same `WorldModelRuntime` as in
+training (failures become unknown grades, fits may run in the background).
+Metrics are `wmrl.world_models.fidelity`'s; JSON and a plot per section go to
+RUN_DIR/wm_eval/.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from itertools import groupby
 from pathlib import Path
 from typing import Sequence
 
-from wmrl.config import ConfigError, load_config
-from wmrl.core.interfaces import WorldModel
+import yaml
+
+from wmrl.config import ConfigError, load_config, load_run_config
 from wmrl.core.registry import DOMAINS
 from wmrl.core.replay import StoredTrajectory, read_trajectories
+from wmrl.core.wm_runtime import WorldModelRuntime
 from wmrl.world_models.fidelity import fidelity, write_report
 
-log = logging.getLogger(__name__)
 
-
-def _predict(wm: WorldModel, batch: Sequence[StoredTrajectory]) -> list[dict]:
-    wm.wait()
-    try:
-        preds = wm.predict([s.trajectory for s in batch])
-    except Exception as exc:  # a failing WM is measured as unknown grades, like in training
-        log.warning("world model predict failed: %r", exc)
-        preds = [None] * len(batch)
+def _predict(wm: WorldModelRuntime, batch: Sequence[StoredTrajectory]) -> list[dict]:
+    wm.grade([s.trajectory for s in batch])  # a failing WM is measured as unknown grades, like in training
     return [
         {"group_id": s.group, "step": s.step, "real": s.trajectory.real.reward,
-         "wm_mean": p.mean if p is not None else None, "wm_var": p.var if p is not None else None}
-        for s, p in zip(batch, preds)
+         "wm_mean": s.trajectory.wm.mean, "wm_var": s.trajectory.wm.var}
+        for s in batch
     ]
 
 
@@ -55,10 +51,17 @@ def evaluate_world_model(run_dir: str | Path, world_model: str | None = None, *,
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").exists() or not (run_dir / "store.sqlite").exists():
         raise ConfigError(f"{run_dir} is not a wmrl run folder with a store (config.yaml, store.sqlite)")
-    cfg = load_config(str(run_dir / "config.yaml"), [f"domain.world_model={world_model}"] if world_model else [])
+    cfg = load_run_config(run_dir)
+    if world_model and (cfg.world_model is None or world_model != cfg.world_model.type):
+        # another world model, with its own defaults: the run's keys were for its own
+        raw = yaml.safe_load((run_dir / "config.yaml").read_text())
+        raw["world_model"] = {"type": world_model}
+        cfg = load_config(raw)
+    if cfg.world_model is None:
+        raise ConfigError(f"domain {cfg.domain.name!r} of {run_dir} has no world model to measure")
     domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
-    name = world_model or getattr(cfg.domain, "world_model", None) or type(domain).__name__
-    wm = domain.make_world_model()
+    name = cfg.world_model.type
+    wm = WorldModelRuntime(domain.make_world_model(cfg.world_model), cfg.world_model.runtime)
     stored = read_trajectories(run_dir / "store.sqlite", cfg.run_id, include_eval=True)
     train = [s for s in stored if s.split == "train"]
     if not train:
@@ -69,7 +72,7 @@ def evaluate_world_model(run_dir: str | Path, world_model: str | None = None, *,
         batch = list(batch)
         if seen >= warmup:
             stream.extend(_predict(wm, batch))
-        wm.fit([s.trajectory for s in batch])
+        wm.learn([s.trajectory for s in batch])
         seen += len(batch)
     held = sorted((s for s in stored if s.split != "train"), key=lambda s: s.step)
     splits = list(dict.fromkeys(s.split for s in held))
@@ -83,8 +86,8 @@ def evaluate_world_model(run_dir: str | Path, world_model: str | None = None, *,
         if i:
             for split in splits:
                 warm[f"{split}_warm"].extend(_predict(wm, [s for s in batch if s.split == split]))
-        wm.fit([s.trajectory for s in batch])
-    wm.wait()  # a fit still running in a thread must not outlive the process's torch runtime
+        wm.learn([s.trajectory for s in batch])
+    wm.close()  # a fit still running in a thread must not outlive the process's torch runtime
     sections.update(warm)
 
     out_dir = run_dir / "wm_eval"

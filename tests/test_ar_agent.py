@@ -26,17 +26,12 @@ import pytest
 import torch
 
 from wmrl.domains.autoresearch.agent import AgentConfig, _cache_key, agent_info, build_default_agent
+from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK, END_MARK, extract_code, format_prompt, format_reply, next_observation
 from wmrl.domains.autoresearch.corpus import (
-    ASSISTANT_MARK,
-    END_MARK,
     TaskSpec,
     augment_description,
-    extract_code,
-    format_prompt,
-    format_reply,
     generate_corpus,
     generate_script,
-    next_observation,
     script_family,
     synthetic_task,
 )

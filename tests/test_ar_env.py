@@ -4,11 +4,13 @@ import numpy as np
 import pytest
 
 from wmrl.core.types import Task, Trajectory
-from wmrl.domains.autoresearch.corpus import format_reply, generate_script
+from wmrl.domains.autoresearch.corpus import generate_script
+from wmrl.domains.autoresearch.protocol import format_reply
 from wmrl.domains.autoresearch.domain import task_spec
 from wmrl.domains.autoresearch.env import AutoResearchEnv
 from wmrl.domains.autoresearch.sandbox import ExecResult, SandboxPool
-from wmrl.domains.autoresearch.tasks import load_suite, split
+from wmrl.domains.autoresearch.suite import load_suite
+from wmrl.domains.autoresearch.tasks import split
 from wmrl.domains.autoresearch.world_model import CodeOutcomeModel
 
 

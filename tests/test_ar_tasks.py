@@ -15,6 +15,7 @@ from wmrl.core.types import Task
 from wmrl.domains.autoresearch import external, grader
 from wmrl.domains.autoresearch import tasks as T
 from wmrl.domains.autoresearch.grader import Grade, grade, grade_frame
+from wmrl.domains.autoresearch.suite import load_suite
 
 ALL_METRICS = {"accuracy", "macro_f1", "roc_auc", "log_loss", "r2", "rmse"}
 
@@ -23,7 +24,7 @@ ALL_METRICS = {"accuracy", "macro_f1", "roc_auc", "log_loss", "r2", "rmse"}
 def built(tmp_path_factory):
     cache = tmp_path_factory.mktemp("ar-cache")
     t0 = time.perf_counter()
-    suite = T.load_suite(cache_dir=cache)
+    suite = load_suite(cache_dir=cache)
     return suite, cache, time.perf_counter() - t0
 
 
@@ -63,17 +64,17 @@ def test_suite_shape(suite):
     with pytest.raises(ValueError, match="split"):
         T.split(suite, "validation")
     with pytest.raises(ValueError, match="autoresearch-mini"):
-        T.load_suite("no-such-suite")
+        load_suite("no-such-suite")
 
 
 def test_build_is_deterministic_and_fast(built, tmp_path):
     suite, cache, cold_s = built
     assert cold_s < 10.0, f"building the suite took {cold_s:.1f} s"
     t0 = time.perf_counter()
-    warm = T.load_suite(cache_dir=cache)
+    warm = load_suite(cache_dir=cache)
     assert time.perf_counter() - t0 < 2.0
     assert warm == suite
-    again = T.load_suite(cache_dir=tmp_path / "fresh")
+    again = load_suite(cache_dir=tmp_path / "fresh")
     for a, b in zip(suite, again):
         assert a.id == b.id
         assert (a.baseline, a.reference, a.description, a.classes) == (b.baseline, b.reference, b.description,

@@ -7,6 +7,7 @@ import pytest
 
 from wmrl.bench import run_benchmark
 from wmrl.bench.harness import IncomparableRuns, RunRecord, summarize, time_to_reach
+from wmrl.config import ConfigError
 
 
 def rec(mode, seed, steps=10, digest="t", final=0.5, wall=10.0):
@@ -55,7 +56,7 @@ def test_speedup_benchmark_writes_json_table_plot_and_targets(tmp_path):
     assert "| wmrl |" in out.with_suffix(".md").read_text() and out.with_suffix(".png").exists()
     with pytest.raises(KeyError, match="speedup"):
         run_benchmark("nope")
-    with pytest.raises(KeyError, match="modes: unknown"):
+    with pytest.raises(ConfigError, match="modes: unknown"):
         run_benchmark("speedup", ["modes=real,fast"])
 
 
@@ -85,7 +86,7 @@ def test_estimators_benchmark_scores_every_variant_on_the_same_groups(tmp_path):
     assert v["wmrl-none"]["vs_none_median_diff"] == 0.0
     assert sorted(data["order_measured"]) == sorted(["wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl"])
     assert "| wmrl-denoise |" in out.with_suffix(".md").read_text() and out.with_suffix(".png").exists()
-    with pytest.raises(KeyError, match="free true reward"):
+    with pytest.raises(ConfigError, match="free true reward"):
         run_benchmark("estimators", ["config=autoresearch"])
 
 
@@ -134,5 +135,24 @@ def test_resume_keeps_finished_runs_of_the_same_config_and_reruns_the_rest(tmp_p
     # another config is another run: retrained, not mixed in
     changed = json.loads(run_benchmark("speedup", [*args, "resume=true", "engine.lr=0.01"]).read_text())
     assert changed["modes"]["real"]["per_seed"][0]["wall"] != walls["real"]
-    with pytest.raises(KeyError, match="resume"):
+    with pytest.raises(ConfigError, match="option .resume.: Value .maybe. is not a valid bool"):
         run_benchmark("speedup", [*args, "resume=maybe"])
+
+
+def test_benchmark_options_are_typed_checked_and_listed_by_help(capsys):
+    from wmrl.cli import main
+
+    with pytest.raises(ConfigError, match="benchmark option 'seeds': Value 'many'"):
+        run_benchmark("speedup", ["seeds=many"])
+    with pytest.raises(ConfigError, match="profile='medium': choose quick or full"):
+        run_benchmark("wm", ["profile=medium"])
+    with pytest.raises(ConfigError, match="unknown option 'trainer.steps'; this benchmark's options are: n, out"):
+        run_benchmark("sandbox", ["trainer.steps=3"])  # a benchmark that trains nothing takes no run-config keys
+    with pytest.raises(ConfigError, match="write key=value"):
+        run_benchmark("results", ["readme"])
+    assert main(["bench", "estimators", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("wmrl bench estimators [option=value ...] [run-config key=value ...]")
+    assert "  driver=wmrl  (str) the mode whose run collects the groups" in out and "every estimator" in out
+    assert main(["bench", "hostile", "repeats=0"]) == 2
+    assert "repeats and n must be >= 1" in capsys.readouterr().err

@@ -145,7 +145,7 @@ def test_resume_with_different_config_exits_2(run):
     run_dir, _ = run
     before = (run_dir / "config.yaml").read_text()
     steps = metric_steps(run_dir)
-    proc = wmrl("train", "synthetic-program", *TINY, "domain.wm_hack=0.1", f"run_dir={run_dir}", cwd=run_dir.parent)
+    proc = wmrl("train", "synthetic-program", *TINY, "world_model.hack=0.1", f"run_dir={run_dir}", cwd=run_dir.parent)
     line = assert_one_error_line(proc, "train")
     assert str(run_dir) in line and "different config" in line
     assert (run_dir / "config.yaml").read_text() == before  # the run's config is untouched

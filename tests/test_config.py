@@ -13,8 +13,8 @@ from wmrl.core.debias import DebiasConfig
 from wmrl.core.engine import EngineConfig
 from wmrl.core.estimators import EstimatorConfig
 from wmrl.core.trainer import TrainerConfig
-from wmrl.domains.synthetic.control import ControlConfig
-from wmrl.domains.synthetic.program import ProgramConfig
+from wmrl.domains.synthetic.control import ControlConfig, LatentConfig, PerturbedConfig
+from wmrl.domains.synthetic.program import DistortedConfig, ProgramConfig
 
 
 def _error(source=None, overrides=()) -> str:
@@ -44,7 +44,8 @@ def test_shipped_program_config_loads():
     cfg = load_config("synthetic-program")
     assert isinstance(cfg.domain, ProgramConfig)
     # values from configs/synthetic-program.yaml, not the dataclass defaults
-    assert cfg.domain.wm_hack == 0.6 and ProgramConfig().wm_hack != 0.6
+    assert isinstance(cfg.world_model, DistortedConfig)
+    assert cfg.world_model.hack == 0.6 and DistortedConfig().hack != 0.6
     assert cfg.domain.real_delay_s == 0.02
     assert cfg.trainer.steps == 80
     assert cfg.engine.lr == 0.03
@@ -56,8 +57,9 @@ def test_shipped_control_config_loads():
     cfg = load_config("synthetic-control")
     assert isinstance(cfg.domain, ControlConfig)
     assert cfg.domain.name == "synthetic-control"
-    assert cfg.domain.wm_gain_error == 0.1
-    assert cfg.domain.wm_speed_bonus == 0.15
+    assert isinstance(cfg.world_model, PerturbedConfig)
+    assert cfg.world_model.gain_error == 0.1
+    assert cfg.world_model.speed_bonus == 0.15
     assert cfg.trainer.steps == 60
     assert cfg.run_dir == "runs/synthetic-control"
 
@@ -71,7 +73,8 @@ def test_domain_name_override_picks_the_domain_schema():
 def test_yaml_plus_overrides_overrides_win(tmp_path):
     path = tmp_path / "mine.yaml"
     path.write_text(yaml.safe_dump({
-        "domain": {"name": "synthetic-program", "wm_hack": 0.1, "n_slots": 3},
+        "domain": {"name": "synthetic-program", "n_slots": 3},
+        "world_model": {"hack": 0.1},
         "trainer": {"steps": 11, "group_size": 4},
         "anchors": {"fraction": 0.5},
         "run_dir": "from-yaml",
@@ -81,7 +84,7 @@ def test_yaml_plus_overrides_overrides_win(tmp_path):
     assert cfg.anchors.fraction == 0.75
     assert cfg.run_dir == "from-cli"
     assert cfg.trainer.group_size == 4  # yaml kept where not overridden
-    assert cfg.domain.wm_hack == 0.1 and cfg.domain.n_slots == 3
+    assert cfg.world_model.hack == 0.1 and cfg.domain.n_slots == 3
     assert cfg.trainer.groups_per_step == TrainerConfig().groups_per_step  # default elsewhere
 
 
@@ -89,7 +92,7 @@ def test_shipped_config_plus_overrides():
     cfg = load_config("synthetic-program", ["trainer.steps=3", "domain.real_delay_s=0"])
     assert cfg.trainer.steps == 3
     assert cfg.domain.real_delay_s == 0.0
-    assert cfg.domain.wm_hack == 0.6
+    assert cfg.world_model.hack == 0.6
 
 
 def test_mapping_and_runconfig_sources():
@@ -100,13 +103,13 @@ def test_mapping_and_runconfig_sources():
     assert cfg.trainer.steps == 5  # the source is not mutated
 
 
-def test_domain_keys_are_typed():
-    cfg = load_config(None, ["domain.wm_hack=0.3", "domain.n_slots=5"])
-    assert isinstance(cfg.domain.wm_hack, float) and cfg.domain.wm_hack == 0.3
+def test_domain_and_world_model_keys_are_typed():
+    cfg = load_config(None, ["world_model.hack=0.3", "domain.n_slots=5"])
+    assert isinstance(cfg.world_model.hack, float) and cfg.world_model.hack == 0.3
     assert isinstance(cfg.domain.n_slots, int) and cfg.domain.n_slots == 5
     # an int written for a float field becomes a float
-    cfg = load_config(None, ["domain.wm_hack=1"])
-    assert isinstance(cfg.domain.wm_hack, float)
+    cfg = load_config(None, ["world_model.hack=1"])
+    assert isinstance(cfg.world_model.hack, float)
 
 
 def test_domain_key_of_wrong_type_names_the_key():
@@ -255,7 +258,9 @@ def test_config_error_is_a_value_error():
 
 @pytest.mark.parametrize("source, overrides", [
     (None, []),
-    ("synthetic-program", ["domain.wm_hack=0.3", "anchors.max_in_flight=2", "trainer.eval_splits=[test_id]"]),
+    ("synthetic-program", ["world_model.hack=0.3", "anchors.max_in_flight=2", "trainer.eval_splits=[test_id]"]),
+    ("synthetic-control", ["world_model.type=latent-dynamics", "world_model.members=3",
+                           "world_model.runtime.timeout_s=2.5"]),
     ("synthetic-control", ["estimator.mode=wm", "anchors.fraction=0", "domain.ledger=/tmp/x.jsonl"]),
 ])
 def test_to_yaml_round_trip(tmp_path, source, overrides):
@@ -289,3 +294,104 @@ def test_imports_key_registers_a_user_domain(tmp_path, monkeypatch):
         load_config({"imports": ["no_such_module_xyz"]})
     with pytest.raises(ConfigError, match="list of module names"):
         load_config({"imports": "my_wmrl_domain"})
+
+
+# ------------------------------------------------------------------ the world_model section
+
+
+def test_world_model_type_selects_its_typed_section_and_defaults_to_the_domains_own():
+    assert load_config(None).world_model == DistortedConfig(type="program-distorted")
+    # switching the type on the command line drops the file's keys for the other type
+    cfg = load_config("synthetic-control", ["world_model.type=latent-dynamics", "world_model.members=3"])
+    assert isinstance(cfg.world_model, LatentConfig) and cfg.world_model.members == 3
+    assert load_config("synthetic-control", ["world_model.shape=3"]).world_model.gain_error == 0.1  # same type: kept
+    msg = _error("synthetic-control", ["world_model.type=latent-dynamics", "world_model.gain_error=0.1"])
+    assert "'world_model.gain_error'" in msg and "world_model keys are: type, runtime, members" in msg
+
+
+def test_a_world_model_of_another_domain_is_refused_with_what_fits():
+    msg = _error("synthetic-control", ["world_model.type=program-distorted"])
+    assert msg == ("world_model.type: 'program-distorted' serves synthetic-program, not 'synthetic-control'; "
+                   "world models for domain 'synthetic-control': latent-dynamics, perturbed-dynamics "
+                   "(or register one with @wmrl.register_world_model)")
+
+
+def test_an_unknown_world_model_is_refused_with_what_fits():
+    msg = _error("synthetic-control", ["world_model.type=nope"])
+    assert msg == ("world_model.type: unknown world model 'nope'; world models for domain 'synthetic-control': "
+                   "latent-dynamics, perturbed-dynamics (or register one with @wmrl.register_world_model)")
+
+
+@pytest.mark.parametrize("override", ["domain.wm_hack=0.3", "domain.wm_noise=0.1"])
+def test_the_old_domain_keys_for_world_models_point_at_the_new_section(override):
+    msg = _error(None, [override])
+    assert "world models have their own section: world_model.type=NAME and world_model.<key>" in msg
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["world_model.shape=0"], "world_model.shape must be > 0, got 0.0"),
+    (["world_model.runtime.timeout_s=-1"], "world_model.runtime.timeout_s must be >= 0 (0: no deadline), got -1.0"),
+    (["world_model.runtime.warm_start=[/no/such/store.sqlite]"],
+     "world_model.runtime.warm_start: no run store at /no/such/store.sqlite; point it at a run's store.sqlite"),
+    (["trainer.eval_splits=[test]"], "trainer.eval_splits: unknown split 'test'; splits are train, test_id, test_ood"),
+    (["domain.real_delay_s=-1"], "domain.real_delay_s must be >= 0, got -1.0"),
+    (["estimator.mode=grpo"], "estimator.mode: unknown mode 'grpo'; choose one of real, wm, wmrl"),
+    (["anchors.fraction=0"], "anchors.fraction is 0 in mode wmrl: it needs an anchor stream, anchors.fraction in "
+                             "(0, 1]; use estimator.mode=wm for none"),
+    (["estimator.lambda_half_life=0"], "estimator.lambda_half_life must be > 0 (steps), got 0.0"),
+])
+def test_each_refused_value_says_what_to_fix(overrides, expected):
+    assert _error(None, overrides) == expected
+
+
+def test_a_mode_that_needs_a_world_model_is_refused_on_a_domain_without_one(tmp_path, monkeypatch):
+    (tmp_path / "wmrl_no_wm_domain.py").write_text(
+        "from dataclasses import dataclass\n"
+        "import wmrl\n"
+        "from wmrl.domains.synthetic.program import ProgramConfig, ProgramDomain\n"
+        "@dataclass\n"
+        "class BareConfig(ProgramConfig):\n"
+        "    name: str = 'bare-domain'\n"
+        "@wmrl.register_domain('bare-domain')\n"
+        "class BareDomain(wmrl.Domain):\n"
+        "    config_class = BareConfig\n"
+        "    tasks = ProgramDomain.tasks\n"
+        "    make_policy = ProgramDomain.make_policy\n"
+        "    make_real_env = ProgramDomain.make_real_env\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = {"imports": ["wmrl_no_wm_domain"], "domain": {"name": "bare-domain"}}
+    assert load_config({**base, "estimator": {"mode": "real"}}).world_model is None
+    msg = _error(base)
+    assert msg == ("estimator.mode=wmrl needs a world model and domain 'bare-domain' has none registered; "
+                   "use estimator.mode=real or register one with @wmrl.register_world_model")
+    assert "has no default world model; set world_model.type" in _error({**base, "world_model": {"hack": 0.1}})
+
+
+def test_switching_the_type_keeps_the_runtime_and_naming_the_default_type_keeps_the_keys():
+    src = {"world_model": {"noise": 0.2, "runtime": {"timeout_s": 3.0}}}
+    same = load_config(src, ["world_model.type=program-distorted"])  # the default type, named: nothing dropped
+    assert same.world_model.noise == 0.2 and same.world_model.runtime.timeout_s == 3.0
+    ctl = {"domain": {"name": "synthetic-control"}, **src}
+    other = load_config(ctl, ["world_model.type=latent-dynamics"])
+    assert isinstance(other.world_model, LatentConfig) and other.world_model.runtime.timeout_s == 3.0
+
+
+@pytest.mark.parametrize("key, where", [("trainer.wm_timeout_s=1", "world_model.runtime.timeout_s"),
+                                        ("trainer.wm_warm_start=[]", "world_model.runtime.warm_start"),
+                                        ("domain.world_model=x", "world_model.type")])
+def test_a_moved_key_says_where_it_went(key, where):
+    assert _error(None, [key]).endswith(f"it is {where} now (docs/world_models.md)")
+
+
+def test_a_saved_run_config_that_no_longer_loads_names_its_folder(tmp_path):
+    from wmrl.config import load_run_config
+
+    (tmp_path / "config.yaml").write_text("domain:\n  name: synthetic-program\n  wm_hack: 0.6\n")
+    with pytest.raises(ConfigError) as info:
+        load_run_config(tmp_path)
+    msg = str(info.value)
+    assert msg.startswith(f"{tmp_path / 'config.yaml'} (a saved run): config key 'domain.wm_hack'")
+    assert msg.endswith("train it again in a new run_dir")
+    with pytest.raises(ConfigError, match="not a wmrl run folder"):
+        load_run_config(tmp_path / "nope")

@@ -226,13 +226,13 @@ def test_crash_mid_save_keeps_previous_latest(tmp_path: pathlib.Path, monkeypatc
 @pytest.mark.parametrize("bad", [4, -1, "1", True, 1.0])
 def test_bad_zero_stage(bad) -> None:
     with pytest.raises(ValueError, match=r"engine\.zero_stage"):
-        EngineConfig(zero_stage=bad)
+        EngineConfig(zero_stage=bad).validate()
 
 
 @pytest.mark.parametrize("key,value", [("lr", 0.0), ("lr", -1.0), ("grad_clip", -1.0), ("adam_beta1", 1.0)])
 def test_bad_config_names_key(key: str, value: float) -> None:
     with pytest.raises(ValueError, match=rf"engine\.{key}"):
-        EngineConfig(**{key: value})
+        EngineConfig(**{key: value}).validate()
 
 
 @pytest.mark.parametrize("stage", [0, 3])

@@ -169,7 +169,7 @@ def test_estimator_config_rejects_a_non_positive_lambda_half_life():
 
 
 def test_unknown_mode_and_wmrl_without_anchors_are_errors():
-    with pytest.raises(KeyError, match="real, wm, wmrl"):
+    with pytest.raises(ValueError, match="real, wm, wmrl"):
         build_estimator(EstimatorConfig(mode="grpo"), 0.1)
     with pytest.raises(ValueError, match="anchors.fraction"):
         build_estimator(EstimatorConfig(mode="wmrl"), 0.0)

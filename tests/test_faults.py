@@ -13,7 +13,8 @@ from wmrl.core.metrics import read_jsonl
 from wmrl.core.store import RunStore
 from wmrl.core.trainer import Trainer, TrainerConfig
 from wmrl.core.types import Transition
-from wmrl.domains.synthetic.program import ProgramConfig, ProgramDomain, ProgramEnv, ProgramWorldModel
+from wmrl.core.wm_runtime import RuntimeConfig
+from wmrl.domains.synthetic.program import DistortedConfig, ProgramConfig, ProgramDomain, ProgramEnv, ProgramWorldModel
 
 
 class NaNWorldModel(ProgramWorldModel):
@@ -66,15 +67,16 @@ class FlakyEnv(ProgramEnv):
 
 def _run(tmp_path, wm_cls=ProgramWorldModel, env_cls=ProgramEnv, mode="wmrl", steps=6, wm_timeout_s=0.0):
     class Dom(ProgramDomain):
-        def make_world_model(self):
-            return wm_cls(self.world)
+        def make_world_model(self, cfg):
+            return wm_cls(self.world, cfg)
 
         def make_real_env(self):
             return env_cls(self.world)
 
-    t = Trainer(Dom(ProgramConfig()), trainer=TrainerConfig(steps=steps, eval_every=0, eval_samples=1, wm_timeout_s=wm_timeout_s),
+    wm = DistortedConfig(type="program-distorted", runtime=RuntimeConfig(timeout_s=wm_timeout_s))
+    t = Trainer(Dom(ProgramConfig()), trainer=TrainerConfig(steps=steps, eval_every=0, eval_samples=1),
                 estimator=EstimatorConfig(mode=mode), anchors=AnchorConfig(fraction=0.25), engine=EngineConfig(),
-                run_dir=tmp_path, tensorboard=False)
+                world_model=wm, run_dir=tmp_path, tensorboard=False)
     history = t.train()
     t.close()
     return history, read_jsonl(tmp_path / "metrics.jsonl")
@@ -135,3 +137,4 @@ def test_a_failing_step_observer_is_counted_not_fatal(tmp_path):
     rows = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["observer_errors"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
     assert [r.get("groups_seen") for r in rows] == [None, 8.0, None, 8.0]
+    assert all(0.0 < r["reward_oracle"] < 1.0 for r in rows)  # the default oracle observer ran beside it

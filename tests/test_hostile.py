@@ -25,7 +25,8 @@ from wmrl.bench import hostile as H
 from wmrl.domains.autoresearch import env as env_module
 from wmrl.domains.autoresearch.env import AutoResearchEnv
 from wmrl.domains.autoresearch.sandbox import Job, SandboxLimits, SandboxPool
-from wmrl.domains.autoresearch.tasks import load_suite, split
+from wmrl.domains.autoresearch.suite import load_suite
+from wmrl.domains.autoresearch.tasks import split
 
 
 @pytest.fixture(scope="module")

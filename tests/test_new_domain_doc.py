@@ -23,7 +23,8 @@ import pytest
 import torch
 
 import wmrl
-from wmrl.core.registry import DOMAINS
+from wmrl.core.anchors import AnchorConfig, AnchorScheduler
+from wmrl.core.registry import DOMAINS, WORLD_MODELS
 from wmrl.core.types import Outcome, Task, Trajectory
 from wmrl.registry import load_builtin_domains
 
@@ -59,6 +60,7 @@ def doc(tmp_path_factory):
         mp.chdir(tmp)
         mp.setattr(tempfile, "tempdir", str(tmp))
         mp.setattr(DOMAINS, "_entries", dict(DOMAINS._entries))
+        mp.setattr(WORLD_MODELS, "_entries", dict(WORLD_MODELS._entries))
         mp.setitem(sys.modules, module.__name__, module)
         torch.set_num_threads(1)
         t0 = time.perf_counter()
@@ -69,7 +71,7 @@ def doc(tmp_path_factory):
                 except Exception as exc:
                     raise AssertionError(f"python block {i + 1} of {DOC.name} failed: {exc!r}\n{src}") from exc
             elapsed = time.perf_counter() - t0
-            yield module.__dict__, tmp, elapsed, text
+            yield module.__dict__, tmp, elapsed, text, blocks
         finally:
             torch.set_num_threads(threads)
             for k, v in dist_env.items():
@@ -125,14 +127,14 @@ def test_example_components_keep_the_contract(doc):
     assert isinstance(verdict, Outcome) and verdict.reward is None and verdict.status == "infra"
 
     # the simulator is deliberately wrong: noisy with a reported variance, and biased upwards
-    sim = ns["KnobSimulator"](cfg)
+    sim = ns["KnobSimulator"](cfg, ns["SimulatorConfig"]())
     sim.reset(tasks)
     out = sim.step([cfg.n_settings - 1, None, 0])
     assert out[1] is None
     assert all(t.reward_var is not None and t.reward_var > 0 for t in (out[0], out[2]))
     task = Task("probe", "test_id", tasks[0].payload)
     settings = list(range(cfg.n_settings))
-    noiseless = ns["KnobSimulator"](ns["KnobConfig"](wm_noise=0.0, wm_noise_edge=0.0))
+    noiseless = ns["KnobSimulator"](cfg, ns["SimulatorConfig"](noise=0.0, noise_edge=0.0))
     noiseless.reset([task] * len(settings))
     wm_best = max(settings, key=lambda a: noiseless.step([a if i == a else None for i in settings])[a].reward)
     true_best = max(settings, key=lambda a: ns["closeness"](a, ns["best_setting"](cfg, task.payload)))
@@ -216,15 +218,36 @@ def test_yaml_config_and_typo(doc):
     assert (tmp / "knob.yaml").exists()
     cfg = ns["cfg"]
     assert isinstance(cfg, wmrl.RunConfig)
-    assert isinstance(cfg.domain, ns["KnobConfig"]) and cfg.domain.wm_offset == 2.0
+    assert isinstance(cfg.domain, ns["KnobConfig"])
+    assert isinstance(cfg.world_model, ns["SimulatorConfig"]) and cfg.world_model.offset == 2.0
     assert cfg.trainer.steps == 10 and cfg.tensorboard is False
     assert "n_setting" in ns["typo_error"]
 
 
 def test_doc_covers_the_contract_and_runs_fast(doc):
-    _, _, elapsed, text = doc
+    _, _, elapsed, text, _ = doc
     for term in ("reset(tasks)", "None", "[0, 1]", "reward_var", "capacity", "max_turns", "oracle_reward",
                  "Prediction", "Transition", "register_domain", "estimator.mode", "metrics.jsonl", "result.history"):
         assert term in text, f"{DOC.name} should mention {term}"
     # generous bound: the example is sized to take a few seconds (plus a one-off DeepSpeed build)
     assert elapsed < 120, f"the doc's examples took {elapsed:.0f}s; keep them tiny"
+
+
+def test_what_the_doc_says_about_capacity_and_registration(doc):
+    ns, _, _, _, blocks = doc
+    # capacity sets how long a real batch takes, not how many anchors: one slot, the same anchor fraction
+    assert AnchorScheduler(AnchorConfig(fraction=0.25), 0.25).count(8) == 2
+    res = wmrl.train({"domain": {"name": "knob", "real_capacity": 1}, "anchors": {"fraction": 0.25},
+                      "trainer": {"steps": 2, "eval_every": 0, "eval_samples": 1, "groups_per_step": 8},
+                      "tensorboard": False, "run_dir": tempfile.mkdtemp(prefix="wmrl-knob-capacity-")})
+    assert all(r["anchor_fraction"] == pytest.approx(0.25) for r in _metrics(res))
+    # running the registration cell again replaces the same definition ...
+    cell = next(b for b in blocks if '@wmrl.register_domain("knob")' in b)
+    exec(compile(cell, "rerun", "exec"), ns)
+    assert DOMAINS.get("knob") is ns["KnobDomain"]
+    # ... a different class under a taken name is refused, with the name of the one registered
+    with pytest.raises(ValueError, match="domain 'knob' is already registered to"):
+        wmrl.register_domain("knob")(type("OtherKnob", (ns["KnobDomain"],), {}))
+    # and the world model it registers serves the knob domain only
+    with pytest.raises(wmrl.ConfigError, match="'knob-simulator' serves knob, not 'synthetic-program'"):
+        wmrl.load_config(None, ["world_model.type=knob-simulator"])

@@ -10,28 +10,32 @@ from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.loss import SurrogateBatch
 from wmrl.core.metrics import read_jsonl
 from wmrl.core.trainer import Trainer, TrainerConfig
-from wmrl.domains.synthetic.control import ControlConfig, ControlDomain
-from wmrl.domains.synthetic.program import ProgramConfig, ProgramDomain
+from wmrl.domains.synthetic.control import ControlConfig, ControlDomain, PerturbedConfig
+from wmrl.domains.synthetic.program import DistortedConfig, ProgramConfig, ProgramDomain
 
 SEEDS = (0, 1, 2)
 
 
-def _trainer(tmp_path, domain, mode="wmrl", seed=0, steps=80, fraction=0.25, lr=0.03, **est_kw):
+def _trainer(tmp_path, domain, mode="wmrl", seed=0, steps=80, fraction=0.25, lr=0.03, wm=None, **est_kw):
     est = EstimatorConfig(mode=mode)
     for key, value in est_kw.items():
         section, name = key.split("__")
         setattr(getattr(est, section), name, value)
     return Trainer(
         domain, trainer=TrainerConfig(steps=steps, eval_every=0, seed=seed, checkpoint_every=10_000),
-        estimator=est, anchors=AnchorConfig(fraction=fraction), engine=EngineConfig(lr=lr),
+        estimator=est, anchors=AnchorConfig(fraction=fraction), engine=EngineConfig(lr=lr), world_model=wm,
         run_dir=tmp_path / f"{mode}-{seed}-{sorted(est_kw.items())}", tensorboard=False,
     )
+
+
+#: the shipped synthetic-program world model: reorders programs (hack), bends scores (r**2), noisy
+HACKING = DistortedConfig(type="program-distorted", hack=0.6, shape=2.0, noise=0.05, noise_hetero=0.1)
 
 
 def _final_reward(tmp_path, domain_cfg, mode, **kw):
     finals = []
     for seed in SEEDS:
-        t = _trainer(tmp_path, ProgramDomain(domain_cfg), mode, seed, **kw)
+        t = _trainer(tmp_path, ProgramDomain(domain_cfg), mode, seed, wm=HACKING, **kw)
         finals.append(t.train()[-1]["eval_test_id"])
         t.close()
     return float(np.mean(finals))
@@ -39,7 +43,7 @@ def _final_reward(tmp_path, domain_cfg, mode, **kw):
 
 def test_reordering_bias_wm_lags_real_and_wmrl_closes_most_of_the_gap(tmp_path):
     # the WM overrates a worse "hack" option per slot (reorders programs) and bends scores (r**2)
-    dom = ProgramConfig(wm_hack=0.6, wm_shape=2.0, wm_noise=0.05, wm_noise_hetero=0.1)
+    dom = ProgramConfig()
     real = _final_reward(tmp_path, dom, "real")
     wm = _final_reward(tmp_path, dom, "wm")
     wmrl = _final_reward(tmp_path, dom, "wmrl")
@@ -49,10 +53,9 @@ def test_reordering_bias_wm_lags_real_and_wmrl_closes_most_of_the_gap(tmp_path):
 
 def test_logged_signal_cosine_ranks_real_above_wmrl_above_wm(tmp_path):
     # real grades are the truth here, so real mode's signal is the true one; the hacking WM's is not
-    dom = ProgramConfig(wm_hack=0.6, wm_shape=2.0, wm_noise=0.05, wm_noise_hetero=0.1)
     cos = {}
     for mode in ("real", "wm", "wmrl"):
-        t = _trainer(tmp_path, ProgramDomain(dom), mode, steps=6)
+        t = _trainer(tmp_path, ProgramDomain(ProgramConfig()), mode, steps=6, wm=HACKING)
         t.train()
         cos[mode] = np.mean([r["advantage_cosine_oracle"] for r in read_jsonl(t.dir / "metrics.jsonl")])
         t.close()
@@ -62,8 +65,8 @@ def test_logged_signal_cosine_ranks_real_above_wmrl_above_wm(tmp_path):
 
 def _gradient_variance(tmp_path, est_cfgs, n_steps=100):
     """Trace of the covariance of each estimator's policy gradient, on the same sampled steps."""
-    dom = ProgramDomain(ProgramConfig(wm_noise=0.02, wm_noise_hetero=0.5))
-    t = _trainer(tmp_path, dom)
+    t = _trainer(tmp_path, ProgramDomain(ProgramConfig()),
+                 wm=DistortedConfig(type="program-distorted", noise=0.02, noise_hetero=0.5))
     params = list(t.policy.module.parameters())
     ests = [build_estimator(c, 0.25) for c in est_cfgs]
     grads = [[] for _ in ests]
@@ -96,8 +99,9 @@ def test_denoising_lowers_gradient_variance_under_heteroscedastic_noise(tmp_path
 
 
 def test_multistep_domain_learns_and_wm_groups_see_simulated_observations(tmp_path):
-    cfg = ControlConfig(wm_gain_error=0.3)
-    t = _trainer(tmp_path, ControlDomain(cfg), "wmrl", steps=40, lr=0.01)
+    cfg = ControlConfig()
+    t = _trainer(tmp_path, ControlDomain(cfg), "wmrl", steps=40, lr=0.01,
+                 wm=PerturbedConfig(type="perturbed-dynamics", gain_error=0.3))
     groups, _ = t.collect(1)
     sim = next(g for g in groups if not g.anchor).trajectories[0]
     assert sim.source == "wm" and sim.turns == cfg.horizon

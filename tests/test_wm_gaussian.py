@@ -1,18 +1,15 @@
-"""The heteroscedastic deep ensemble: prior, fit, both kinds of variance, background fits,
-checkpoints, and that its variance is useful where it is consumed (per-trajectory denoising)."""
+"""The heteroscedastic deep ensemble: prior, fit, both kinds of variance, checkpoints, and that its variance is useful where it is consumed (per-trajectory denoising)."""
 
 from __future__ import annotations
 
-import logging
 import pickle
-import threading
 
 import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
 from wmrl.core.denoise import DenoiseConfig
-from wmrl.core.estimators import EstimatorConfig, WMRLEstimator
+from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.types import Group, Outcome, Prediction, Task, Trajectory
 from wmrl.domains.synthetic.program import ProgramConfig, ProgramDomain
 from wmrl.world_models.gaussian_ensemble import GaussianEnsemble
@@ -97,71 +94,6 @@ def test_window_keeps_the_most_recent_rows():
     assert np.allclose(ens.state_dict()["y"], [0.3, 0.4, 0.5, 0.6, 0.7])
 
 
-class GatedTrain:
-    """Wraps an ensemble's `_train`: blocks each call until released, counts concurrency."""
-
-    def __init__(self, ens: GaussianEnsemble):
-        self.inner, self.gate = ens._train, threading.Event()
-        self.calls: list[int] = []  # rows seen by each training run
-        self.active = self.max_active = 0
-        self.lock = threading.Lock()
-
-    def __call__(self, X, y, fit_index):
-        with self.lock:
-            self.active += 1
-            self.max_active = max(self.max_active, self.active)
-            self.calls.append(len(y))
-        self.gate.wait(10)
-        try:
-            return self.inner(X, y, fit_index)
-        finally:
-            with self.lock:
-                self.active -= 1
-
-
-def test_background_fit_swaps_in_only_when_done_and_coalesces_requests():
-    X, y = noisy_1d(200, lambda x: 0.03)
-    ens = GaussianEnsemble(seed=0)
-    ens.add(X[:100], y[:100])
-    gated = GatedTrain(ens)
-    ens._train = gated
-    probe = np.linspace(-1, 1, 10)[:, None]
-    ens.fit(background=True)  # returns at once although training is blocked
-    assert np.allclose(ens.predict(probe)[0], ens.prior_mean)  # still the prior
-    ens.add(X[100:], y[100:])
-    ens.fit(background=True)
-    ens.fit(background=True)  # both coalesce into one more fit after the running one
-    assert np.allclose(ens.predict(probe)[0], ens.prior_mean)
-    gated.gate.set()
-    ens.wait()
-    assert gated.max_active == 1
-    assert gated.calls == [100, 200]  # the follow-up fit saw the new data
-    reference = GaussianEnsemble(seed=0)  # the same two fits, done synchronously
-    reference.add(X[:100], y[:100])
-    reference.fit()
-    reference.add(X[100:], y[100:])
-    reference.fit()
-    assert np.array_equal(ens.predict(probe)[0], reference.predict(probe)[0])
-
-
-def test_failing_background_fit_keeps_the_previous_model_and_does_not_raise(fitted, caplog):
-    ens = GaussianEnsemble(seed=0)
-    ens.load_state_dict(fitted.state_dict())
-    probe = np.linspace(-1, 1, 10)[:, None]
-    before = ens.predict(probe)
-
-    def boom(*_):
-        raise RuntimeError("out of memory")
-
-    ens._train = boom
-    with caplog.at_level(logging.ERROR, logger="wmrl.world_models.gaussian_ensemble"):
-        ens.fit(background=True)
-        ens.wait()
-    assert "keeping the previous model" in caplog.text and "out of memory" in caplog.text
-    for a, b in zip(ens.predict(probe), before):
-        assert np.array_equal(a, b)
-
-
 # ---------------------------------------------------------------- on a real domain
 PCFG = ProgramConfig(n_train=400)
 
@@ -210,7 +142,7 @@ def test_per_trajectory_denoising_weights_follow_the_ensemble_variances():
     ens = GaussianEnsemble(seed=3)
     ens.add(X, y)
     ens.fit()
-    est = WMRLEstimator(EstimatorConfig(denoise=DenoiseConfig(warmup=1, per_trajectory=True, w_max=10)), 0.5)
+    est = build_estimator(EstimatorConfig(denoise=DenoiseConfig(warmup=1, per_trajectory=True, w_max=10)), 0.5)
 
     def group(gid: str, task: Task, anchor: bool) -> Group:
         actions = [rng.integers(0, PCFG.n_choices, PCFG.n_slots) for _ in range(8)]

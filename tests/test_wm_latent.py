@@ -5,24 +5,24 @@ against real episodes it never saw."""
 from __future__ import annotations
 
 import pickle
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import spearmanr
 
-from wmrl.core.registry import WORLD_MODELS
 from wmrl.core.rollout import rollout, wm_prediction
 from wmrl.core.types import Outcome, Trajectory
-from wmrl.domains.synthetic.control import ControlConfig, ControlDomain
+from wmrl.domains.synthetic.control import ControlConfig, ControlDomain, LatentConfig
 from wmrl.world_models.latent import LatentDynamicsEnsemble, LatentWorldModel
 
-CFG = ControlConfig(n_train=300, n_test_id=150, world_model="latent-dynamics")
+CFG = ControlConfig(n_train=300, n_test_id=150)
 
 
-def latent_wm(**model_kwargs) -> LatentWorldModel:
-    """The control domain's registered latent-dynamics world model."""
-    return WORLD_MODELS.get(CFG.world_model)(ControlDomain(CFG), **model_kwargs)
+def latent_wm(seed: int = CFG.seed, **keys) -> LatentWorldModel:
+    """The control domain's registered latent-dynamics world model (`keys`: its config's)."""
+    return ControlDomain(replace(CFG, seed=seed)).make_world_model(LatentConfig(type="latent-dynamics", **keys))
 
 
 def real_episodes(domain: ControlDomain, split: str, policy_seed: int) -> list[Trajectory]:
@@ -144,3 +144,8 @@ def test_episode_shape_is_checked():
         m.add_episode(np.zeros((5, 4)), np.zeros((12, 2)), 0.5)
     with pytest.raises(RuntimeError, match="not been fit"):
         m.encode(np.zeros((1, 4)))
+
+
+def test_a_config_without_its_type_still_builds_its_world_model():
+    # a hand-built config names its world model by its class (one registered type uses LatentConfig)
+    assert isinstance(ControlDomain(CFG).make_world_model(LatentConfig(epochs=1)), LatentWorldModel)

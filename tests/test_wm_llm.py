@@ -19,7 +19,7 @@ from wmrl.core.interfaces import Policy
 from wmrl.core.rollout import rollout, wm_prediction
 from wmrl.core.types import Task, Trajectory
 from wmrl.domains.autoresearch.agent import AgentConfig, build_model, train_tokenizer
-from wmrl.domains.autoresearch.corpus import END_MARK, format_prompt, format_reply, next_observation
+from wmrl.domains.autoresearch.protocol import END_MARK, format_prompt, format_reply, next_observation
 from wmrl.domains.autoresearch.llm_world_model import (
     DECIDED_VAR,
     LLMOutcomeModel,

@@ -37,8 +37,8 @@ class Memorizer(WorldModel):
             self.seen[self._key(traj.task, traj.actions[-1])] = traj.real.reward
 
 
-@wmrl.register_world_model("test-memorizer")
-def _memorizer(domain):
+@wmrl.register_world_model("test-memorizer", domains=["synthetic-program"])
+def _memorizer(domain, cfg):
     return Memorizer()
 
 
@@ -86,17 +86,18 @@ def test_default_world_model_of_the_run_and_cli(real_run, capsys):
 
 
 def test_warm_start_fits_the_world_model_on_another_runs_training_executions(real_run, tmp_path):
-    cfg = load_config("synthetic-program", ["domain.world_model=test-memorizer", "trainer.steps=1",
-                                            f"trainer.wm_warm_start=[{real_run / 'store.sqlite'}]",
+    cfg = load_config("synthetic-program", ["world_model.type=test-memorizer", "trainer.steps=1",
+                                            f"world_model.runtime.warm_start=[{real_run / 'store.sqlite'}]",
                                             f"run_dir={tmp_path / 'b'}", "tensorboard=false"])
     trainer = build_trainer(cfg)
     try:
         train = read_trajectories(real_run / "store.sqlite")
         evals = read_trajectories(real_run / "store.sqlite", include_eval=True)
         assert len(evals) > len(train)
-        expected = {trainer.world_model._key(s.trajectory.task, s.trajectory.actions[-1]) for s in train}
-        assert set(trainer.world_model.seen) == expected  # the training stream, never the held-out episodes
+        memorizer = trainer.world_model.model
+        expected = {memorizer._key(s.trajectory.task, s.trajectory.actions[-1]) for s in train}
+        assert set(memorizer.seen) == expected  # the training stream, never the held-out episodes
     finally:
         trainer.close()
-    with pytest.raises(ConfigError, match="wm_warm_start: no run store"):
-        load_config("synthetic-program", ["trainer.wm_warm_start=[/nonexistent/store.sqlite]"])
+    with pytest.raises(ConfigError, match="warm_start: no run store"):
+        load_config("synthetic-program", ["world_model.runtime.warm_start=[/nonexistent/store.sqlite]"])

@@ -50,9 +50,6 @@ class RidgeEnsemble:
         self._weights = np.asarray(ws)
         self._noise = float(np.mean(resid))
 
-    def wait(self) -> None:
-        """Fits are synchronous: nothing runs in the background."""
-
     def predict(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and variance per row; the prior before any fit."""
         X = np.atleast_2d(X)

@@ -20,26 +20,21 @@ loader, no early stopping, hence fast and deterministic given the seed. The
 bootstrap is applied as per-row multiplicity weights, which is the same loss as
 resampling and keeps one shared input matrix.
 
-Why fitting can run in the background. A fit is ~100 ms, but the trainer calls
-it every step; `fit(background=True)` snapshots the data window, trains in a
-daemon thread and swaps the new weights in only when training finished, so
-`predict` never sees a half-trained model. A fit requested while one runs is
-coalesced into one more fit after it; a fit that raises is logged and leaves
-the previous model in place. It is a drop-in for `RidgeEnsemble` (same methods,
-same prior before any fit, same FIFO window).
+A fit is ~100 ms and the trainer calls it every step; running it in the
+background is the world-model runtime's business (`core/wm_runtime.py`,
+`world_model.runtime.background_fit`), not this class's: fits here are
+synchronous. It is a drop-in for `RidgeEnsemble` (same methods, same prior
+before any fit, same FIFO window).
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import threading
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-log = logging.getLogger(__name__)
 
 Params = dict[str, torch.Tensor]
 
@@ -66,11 +61,8 @@ class GaussianEnsemble:
         self._log_var_bounds = (math.log(min_var), math.log(max_var))
         self._X: list[np.ndarray] = []
         self._y: list[float] = []
-        self._params: Params | None = None  # replaced whole, never mutated: a swap is one assignment
+        self._params: Params | None = None
         self._fits = 0  # seeds each fit's bootstrap, so a sequence of fits is reproducible
-        self._cond = threading.Condition()
-        self._running = False
-        self._pending = False
 
     # ------------------------------------------------------------------ data
     @property
@@ -79,60 +71,17 @@ class GaussianEnsemble:
 
     def add(self, X: np.ndarray, y: np.ndarray) -> None:
         rows = np.atleast_2d(np.asarray(X, np.float32))
-        with self._cond:
-            self._X.extend(rows)
-            self._y.extend(np.asarray(y, float).reshape(-1).tolist())
-            self._X, self._y = self._X[-self.window :], self._y[-self.window :]
+        self._X.extend(rows)
+        self._y.extend(np.asarray(y, float).reshape(-1).tolist())
+        self._X, self._y = self._X[-self.window :], self._y[-self.window :]
 
     # ------------------------------------------------------------------ fitting
-    def fit(self, background: bool = False) -> None:
+    def fit(self) -> None:
         """Refit on the current window (from scratch); a no-op below two rows."""
-        if not background:
-            self.wait()  # a background fit finishing later must not overwrite this one
-            with self._cond:
-                snap = self._snapshot()
-            if snap is not None:
-                params = self._train(*snap)
-                with self._cond:
-                    self._params = params
-            return
-        with self._cond:
-            if self._running:
-                self._pending = True  # the running thread fits once more when it is done
-                return
-            self._running = True
-        threading.Thread(target=self._background, name="GaussianEnsemble.fit", daemon=True).start()
-
-    def wait(self) -> None:
-        """Block until no background fit is running or pending."""
-        with self._cond:
-            self._cond.wait_for(lambda: not self._running)
-
-    def _snapshot(self) -> tuple[np.ndarray, np.ndarray, int] | None:
-        # caller holds the lock
         if self.n < 2:
-            return None
-        self._fits += 1
-        return np.stack(self._X), np.asarray(self._y, np.float32), self._fits
-
-    def _background(self) -> None:
-        while True:
-            params = None
-            try:
-                with self._cond:
-                    self._pending = False
-                    snap = self._snapshot()
-                if snap is not None:
-                    params = self._train(*snap)
-            except Exception:  # the caller's step must go on with the model it had
-                log.exception("background fit of GaussianEnsemble failed; keeping the previous model")
-            with self._cond:
-                if params is not None:
-                    self._params = params
-                if not self._pending:
-                    self._running = False
-                    self._cond.notify_all()
-                    return
+            return
+        self._fits += 1  # seeds this fit's bootstrap
+        self._params = self._train(np.stack(self._X), np.asarray(self._y, np.float32), self._fits)
 
     def _init(self, dim: int) -> tuple[Params, Params]:
         """Trainable weights and the frozen random prior net, one seed per member."""
@@ -213,21 +162,18 @@ class GaussianEnsemble:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        """Data window and the weights in use (call `wait()` first to include a running fit)."""
-        with self._cond:
-            params = self._params
-            return {
-                "X": np.stack(self._X) if self._X else np.zeros((0, 0), np.float32),
-                "y": np.asarray(self._y, float),
-                "params": None if params is None else {k: v.numpy().copy() for k, v in params.items()},
-                "fits": self._fits,
-            }
+        """Data window and the weights in use."""
+        params = self._params
+        return {
+            "X": np.stack(self._X) if self._X else np.zeros((0, 0), np.float32),
+            "y": np.asarray(self._y, float),
+            "params": None if params is None else {k: v.numpy().copy() for k, v in params.items()},
+            "fits": self._fits,
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        self.wait()
-        with self._cond:
-            self._X = [np.asarray(x, np.float32) for x in state["X"]]
-            self._y = np.asarray(state["y"], float).tolist()
-            p = state.get("params")
-            self._params = None if p is None else {k: torch.as_tensor(np.asarray(v)) for k, v in p.items()}
-            self._fits = int(state.get("fits", 0))
+        self._X = [np.asarray(x, np.float32) for x in state["X"]]
+        self._y = np.asarray(state["y"], float).tolist()
+        p = state.get("params")
+        self._params = None if p is None else {k: torch.as_tensor(np.asarray(v)) for k, v in p.items()}
+        self._fits = int(state.get("fits", 0))

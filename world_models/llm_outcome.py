@@ -41,10 +41,8 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from wmrl.core.types import Prediction
+from wmrl.core.types import GRADED_STATUSES, Prediction
 
-#: statuses the predictor may write; `infra` is absent: it is never an outcome of the attempt
-OUTCOME_STATUSES = ("ok", "error", "timeout", "oom", "invalid")
 #: the variance of a uniform score on [0, 1]: what a single parsed sample says about the spread
 _PRIOR_VAR = 1.0 / 12.0
 
@@ -63,7 +61,7 @@ class ParsedOutcome(NamedTuple):
 def parse_outcome(text: str) -> ParsedOutcome | None:
     """Parse `status:` / `score:` / optional `log:` lines; None for anything else.
 
-    Strict on purpose: the status must be one of OUTCOME_STATUSES, the score a
+    Strict on purpose: the status must be one of GRADED_STATUSES, the score a
     plain decimal that is finite and inside [0, 1] -- out-of-range values are
     rejected rather than clipped, since every training target lies in [0, 1] and
     a reply outside it is off the format, not a confident extreme. Whatever
@@ -79,7 +77,7 @@ def parse_outcome(text: str) -> ParsedOutcome | None:
     if status_m is None or score_m is None:
         return None
     status = status_m.group(1).lower()
-    if status not in OUTCOME_STATUSES:
+    if status not in GRADED_STATUSES:
         return None
     try:
         score = float(score_m.group(1))
@@ -100,8 +98,8 @@ def parse_outcome(text: str) -> ParsedOutcome | None:
 def format_outcome(status: str, score: float, log: str | None = None, *, digits: int = 2,
                    max_log_chars: int | None = None) -> str:
     """The target text for one real outcome; `parse_outcome` reads it back (score rounded to `digits`)."""
-    if status not in OUTCOME_STATUSES:
-        raise ValueError(f"status {status!r} is not an outcome status {OUTCOME_STATUSES}")
+    if status not in GRADED_STATUSES:
+        raise ValueError(f"status {status!r} is not an outcome status {GRADED_STATUSES}")
     s = float(score)
     if not math.isfinite(s) or not 0.0 <= s <= 1.0:
         raise ValueError(f"score {score!r} is outside [0, 1]")

@@ -25,8 +25,9 @@ inside `max_minutes`; on a slower (or busier) machine it stops at the budget
 with the learning-rate schedule compressed to fit (the schedule follows
 max(step fraction, time fraction)), so the weights then depend on the speed.
 The first steps alternate `threads` and 1 torch thread and keep the faster (on
-a shared CPU one thread often wins). The cache key also hashes this file's and
-corpus.py's source, so editing the generator or the trainer rebuilds.
+a shared CPU one thread often wins). The cache key also hashes this file's,
+corpus.py's and protocol.py's source, so editing the generator, the prompt
+format or the trainer rebuilds.
 """
 
 from __future__ import annotations
@@ -46,16 +47,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from wmrl.domains.autoresearch.corpus import (
-    ASSISTANT_MARK,
-    CORPUS_VERSION,
-    END_MARK,
-    SYSTEM_MARK,
-    USER_MARK,
-    TaskSpec,
-    format_reply,
-    generate_corpus,
-)
+from wmrl.domains.autoresearch.corpus import CORPUS_VERSION, TaskSpec, generate_corpus
+from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK, END_MARK, SYSTEM_MARK, USER_MARK, format_reply
 from wmrl.domains.autoresearch.policy import truncate_prompt_ids
 
 log = logging.getLogger(__name__)
@@ -91,10 +84,11 @@ class AgentConfig:
 
 def _cache_key(cfg: AgentConfig, pairs: Sequence[tuple[TaskSpec, str]], n_examples: int, seed: int,
                max_minutes: float) -> str:
-    from wmrl.domains.autoresearch import corpus as corpus_module
+    from wmrl.domains.autoresearch import corpus, protocol
 
-    # the generator's and trainer's own source is part of the key: an edit to either rebuilds
-    code = hashlib.sha256(Path(corpus_module.__file__).read_bytes() + Path(__file__).read_bytes()).hexdigest()
+    # the generator's, the prompt format's and the trainer's own source is part of the key: an edit rebuilds
+    sources = (corpus.__file__, protocol.__file__, __file__)
+    code = hashlib.sha256(b"".join(Path(f).read_bytes() for f in sources)).hexdigest()
     blob = json.dumps(
         {
             "corpus": CORPUS_VERSION,
@@ -140,14 +134,16 @@ def train_tokenizer(texts: Sequence[str], cfg: AgentConfig):
 def build_model(cfg: AgentConfig, tokenizer, seed: int):
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)
     mcfg = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
         num_hidden_layers=cfg.num_layers, num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_heads,
         max_position_embeddings=cfg.context, tie_word_embeddings=True, attention_dropout=0.0,
         bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
-    model = LlamaForCausalLM(mcfg)
+    # HF initialises from torch's global RNG: seed a forked copy, leaving the caller's stream as it was
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(mcfg)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     return model
 

@@ -26,12 +26,8 @@ order of test_features.csv:
 Features are assumed numeric (NaNs allowed; some scripts fill them, most
 estimators other than HistGradientBoosting then fail, which is a real outcome).
 
-The chat format (plain-text role markers, shared with `policy.py`):
-
-    <|system|>\\n{system}\\n<|user|>\\n{description}\\n<|assistant|>\\n
-
-and the agent's reply is a fenced ```python block; the turn ends with the
-end-of-turn token `<|end|>` (the default agent's EOS).
+The examples are written in the chat protocol the agent is prompted in
+(`protocol.py`).
 """
 
 from __future__ import annotations
@@ -45,16 +41,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from wmrl.domains.autoresearch.feedback import report
+from wmrl.domains.autoresearch.protocol import format_prompt, format_reply, next_observation
 
 #: bump when the scripts or the prompt format change: it keys the agent cache
 CORPUS_VERSION = "ar-corpus-v4"
-
-SYSTEM_MARK, USER_MARK, ASSISTANT_MARK, END_MARK = "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"
-SYSTEM_PROMPT = (
-    "You are an ML research agent. Reply with one complete Python script in a ```python block. "
-    "It runs in a folder with train.csv and test_features.csv and must write submission.csv."
-)
-FEEDBACK_INSTRUCTION = "Improve the script. Reply with the full script in a ```python block."
 
 KINDS = ("classification", "regression", "multioutput")
 METRICS = ("accuracy", "macro_f1", "roc_auc", "log_loss", "r2", "rmse")
@@ -102,64 +92,6 @@ class TaskSpec:
     @property
     def proba(self) -> bool:
         return self.kind == "classification" and self.metric in _PROBA_METRICS
-
-
-# ----------------------------------------------------------------------------- prompt / reply format
-
-
-def format_prompt(description: str) -> str:
-    """The first observation of an episode: system text, the task description, the assistant cue.
-
-    Idempotent: an already formatted prompt is returned unchanged.
-    """
-    if description.startswith(SYSTEM_MARK):
-        return description
-    return f"{SYSTEM_MARK}\n{SYSTEM_PROMPT}\n{USER_MARK}\n{description.strip()}\n{ASSISTANT_MARK}\n"
-
-
-def format_reply(script: str) -> str:
-    """The agent's reply for a script (without the end-of-turn token)."""
-    return f"```python\n{script.rstrip()}\n```"
-
-
-def next_observation(previous_observation: str, reply: str, feedback: str) -> str:
-    """The conversation after one more turn: the reply, its end of turn, the sandbox report, the cue."""
-    return (
-        f"{previous_observation}{reply}{END_MARK}\n{USER_MARK}\nSandbox feedback:\n{feedback.strip()}\n"
-        f"{FEEDBACK_INSTRUCTION}\n{ASSISTANT_MARK}\n"
-    )
-
-
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n")
-_PY_LANGS = ("python", "py", "python3")
-
-
-def extract_code(reply: str) -> str | None:
-    """The first fenced python block of a reply; None if the reply has no fenced block.
-
-    A block labelled python/py/python3 wins; failing that, the first unlabelled
-    block. A block whose closing fence is missing (a reply truncated at
-    max_new_tokens) runs to the end of the reply.
-    """
-    if not isinstance(reply, str):
-        return None
-    unlabelled = None
-    pos = 0
-    while True:
-        m = _FENCE.search(reply, pos)
-        if m is None:
-            break
-        end = reply.find("```", m.end())
-        body = reply[m.end():] if end < 0 else reply[m.end():end]
-        lang = m.group(1).lower()
-        if lang in _PY_LANGS:
-            return body
-        if lang == "" and unlabelled is None:
-            unlabelled = body
-        if end < 0:
-            break
-        pos = end + 3
-    return unlabelled
 
 
 # ----------------------------------------------------------------------------- estimator families

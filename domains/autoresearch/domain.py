@@ -4,23 +4,30 @@ This file only wires the parts together under one typed config: the task suite
 (`tasks.py`, optionally plus task directories on disk, `external.py`), the
 sandbox pool (`sandbox/`) behind `AutoResearchEnv` (`env.py`), the code agent
 (`policy.py`; by default the small LM the project trains itself, `agent.py`),
-and the world models it offers, registered by name: a learned outcome
-predictor over (task, code) with a ridge or an NLL ensemble (`world_model.py`).
+and the world models that serve it, registered by name with their typed
+configs: a learned outcome predictor over (task, code) with a ridge or an NLL
+ensemble (`world_model.py`), or the agent's own LM asked for the outcome
+(`llm_world_model.py`).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
-from wmrl.core.registry import DOMAINS, WORLD_MODELS
+from wmrl.core.registry import DOMAINS
 from wmrl.core.types import Task
+from wmrl.core.validation import at_least
+from wmrl.core.wm_runtime import RuntimeConfig
+from wmrl.core.wm_spec import WorldModelConfig, register_world_model
 from wmrl.domains.autoresearch.corpus import TaskSpec
-from wmrl.domains.autoresearch.tasks import ARTask, load_suite, split
+from wmrl.domains.autoresearch.episodes import FINALS
+from wmrl.domains.autoresearch.suite import load_suite
+from wmrl.domains.autoresearch.tasks import ARTask, split
 
 
 @dataclass
@@ -38,15 +45,51 @@ class AutoResearchConfig:
     agent_max_minutes: float = 4.0
     max_new_tokens: int = 320
     temperature: float = 1.0
-    world_model: str = "code-ridge"  # one of AutoResearchDomain.world_models (docs/world_models.md)
-    wm_dim: int = 512  # hashed code-feature buckets of the learned predictors
-    wm_members: int = 8  # ensemble members of the learned predictors
-    wm_background_fit: bool = True  # code-gaussian: fit in a thread, never blocking a step
-    wm_samples: int = 4  # code-llm: sampled outcomes per trajectory (mean and variance)
-    wm_max_new_tokens: int = 48  # code-llm
-    wm_fit_steps: int = 8  # code-llm: fine-tuning steps per fit, capped by wm_fit_seconds
-    wm_fit_seconds: float = 10.0
     cache_dir: str | None = None  # tasks and agents; default ~/.cache/wmrl
+
+    def validate(self) -> None:
+        at_least(self, "domain", 1, "turns", "max_new_tokens", "memory_mb")
+        if self.final not in FINALS:
+            raise ValueError(f"domain.final must be one of {', '.join(FINALS)}, got {self.final!r}")
+        if self.sandbox_slots is not None and self.sandbox_slots < 1:
+            raise ValueError(f"domain.sandbox_slots must be >= 1 (or null: one per core), got {self.sandbox_slots!r}")
+        if not self.timeout_scale > 0:
+            raise ValueError(f"domain.timeout_scale must be > 0, got {self.timeout_scale!r}")
+
+
+@dataclass
+class CodeFeaturesConfig(WorldModelConfig):
+    """`code-ridge`: hashed (task, code) features -> a bootstrap ridge ensemble."""
+
+    dim: int = 512  # hashed code-feature buckets
+    members: int = 8  # ensemble members
+
+    def validate(self) -> None:
+        at_least(self, "world_model", 2, "dim")
+        at_least(self, "world_model", 1, "members")
+
+
+@dataclass
+class CodeGaussianConfig(CodeFeaturesConfig):
+    """`code-gaussian`: the same features -> a deep ensemble of heteroscedastic MLPs trained by NLL."""
+
+    members: int = 5
+    # a fit is ~100 ms every step: by default it overlaps the update and the next step's real execution
+    runtime: RuntimeConfig = field(default_factory=lambda: RuntimeConfig(background_fit=True))
+
+
+@dataclass
+class CodeLLMConfig(WorldModelConfig):
+    """`code-llm`: the agent's own LM (a separate copy) fine-tuned online to write the outcome."""
+
+    samples: int = 4  # sampled outcomes per trajectory (mean and variance)
+    max_new_tokens: int = 48
+    fit_steps: int = 8  # fine-tuning steps per fit, capped by fit_seconds
+    fit_seconds: float = 10.0
+
+    def validate(self) -> None:
+        at_least(self, "world_model", 1, "samples", "max_new_tokens")
+        at_least(self, "world_model", 0, "fit_steps", "fit_seconds")
 
 
 def task_spec(task: ARTask) -> TaskSpec:
@@ -61,8 +104,7 @@ def task_spec(task: ARTask) -> TaskSpec:
 @DOMAINS.register("autoresearch")
 class AutoResearchDomain(Domain):
     config_class = AutoResearchConfig
-
-    world_models = ("code-ridge", "code-gaussian", "code-llm")
+    default_world_model = "code-ridge"
 
     def __init__(self, cfg: AutoResearchConfig):
         super().__init__(cfg)
@@ -106,34 +148,33 @@ class AutoResearchDomain(Domain):
         return AutoResearchEnv(pool, turns=self.cfg.turns, final=self.cfg.final,
                                timeout_scale=self.cfg.timeout_scale, memory_mb=self.cfg.memory_mb)
 
-    def code_outcome_model(self, regressor=None, background_fit: bool = False) -> WorldModel:
+    def code_outcome_model(self, wm: CodeFeaturesConfig, regressor=None) -> WorldModel:
         from wmrl.domains.autoresearch.world_model import CodeOutcomeModel
 
         families = [t.family for t in split(self.suite, "train")]
-        return CodeOutcomeModel(families, turns=self.cfg.turns, final=self.cfg.final, dim=self.cfg.wm_dim,
-                                members=self.cfg.wm_members, regressor=regressor, background_fit=background_fit)
+        return CodeOutcomeModel(families, turns=self.cfg.turns, final=self.cfg.final, dim=wm.dim,
+                                members=wm.members, regressor=regressor)
 
 
-@WORLD_MODELS.register("code-ridge")
-def _code_ridge(domain: AutoResearchDomain) -> WorldModel:
+@register_world_model("code-ridge", domains=["autoresearch"], config=CodeFeaturesConfig)
+def _code_ridge(domain: AutoResearchDomain, wm: CodeFeaturesConfig) -> WorldModel:
     """(task, code) features -> bootstrap ridge ensemble: milliseconds per fit."""
-    return domain.code_outcome_model()
+    return domain.code_outcome_model(wm)
 
 
-@WORLD_MODELS.register("code-gaussian")
-def _code_gaussian(domain: AutoResearchDomain) -> WorldModel:
+@register_world_model("code-gaussian", domains=["autoresearch"], config=CodeGaussianConfig)
+def _code_gaussian(domain: AutoResearchDomain, wm: CodeGaussianConfig) -> WorldModel:
     """(task, code) features -> deep ensemble of heteroscedastic MLPs trained by NLL."""
     from wmrl.world_models.gaussian_ensemble import GaussianEnsemble
 
-    return domain.code_outcome_model(GaussianEnsemble(members=min(domain.cfg.wm_members, 5)),
-                                     background_fit=domain.cfg.wm_background_fit)
+    return domain.code_outcome_model(wm, GaussianEnsemble(members=wm.members))
 
 
-@WORLD_MODELS.register("code-llm")
-def _code_llm(domain: AutoResearchDomain) -> WorldModel:
+@register_world_model("code-llm", domains=["autoresearch"], config=CodeLLMConfig)
+def _code_llm(domain: AutoResearchDomain, wm: CodeLLMConfig) -> WorldModel:
     """The agent's own LM (a separate copy), prompted with task and code to write the outcome."""
     from wmrl.domains.autoresearch.llm_world_model import LLMOutcomeModel
 
     c = domain.cfg
-    return LLMOutcomeModel(domain.agent_path(), turns=c.turns, final=c.final, samples=c.wm_samples,
-                           max_new_tokens=c.wm_max_new_tokens, fit_steps=c.wm_fit_steps, fit_seconds=c.wm_fit_seconds)
+    return LLMOutcomeModel(domain.agent_path(), turns=c.turns, final=c.final, samples=wm.samples,
+                           max_new_tokens=wm.max_new_tokens, fit_steps=wm.fit_steps, fit_seconds=wm.fit_seconds)

@@ -33,7 +33,8 @@ from typing import Any, Sequence
 from wmrl.core.interfaces import RealEnv
 from wmrl.core.types import Task, Transition
 from wmrl.domains.autoresearch.grader import grade_bytes, submission_cap
-from wmrl.domains.autoresearch.corpus import extract_code, format_prompt, next_observation
+from wmrl.domains.autoresearch.episodes import Episodes
+from wmrl.domains.autoresearch.protocol import extract_code
 from wmrl.domains.autoresearch.feedback import defuse, report
 from wmrl.domains.autoresearch.sandbox import ExecResult, Job, SandboxLimits, SandboxPool
 from wmrl.domains.autoresearch.tasks import SUBMISSION_FILE, ARTask, materialize
@@ -47,33 +48,24 @@ _PROGRAM_FAILURES = {"error": "error", "timeout": "timeout", "oom": "oom", "kill
 class AutoResearchEnv(RealEnv):
     def __init__(self, pool: SandboxPool, *, turns: int = 1, final: str = "best", timeout_scale: float = 1.0,
                  memory_mb: int = 2048, workroot: str | Path | None = None):
-        if turns < 1:
-            raise ValueError("domain.turns must be >= 1")
-        if final not in ("best", "last"):
-            raise ValueError("domain.final must be 'best' or 'last'")
+        self.episodes = Episodes(turns, final)
         self.pool = pool
         self.capacity = pool.slots
-        self.turns, self.final = turns, final
         self.timeout_scale, self.memory_mb = timeout_scale, memory_mb
         self.root = Path(workroot) if workroot else Path(tempfile.mkdtemp(prefix="wmrl-ar-"))
         self._inputs: dict[str, Path] = {}  # task id -> its public files (trusted; read-only to every run)
         self._written = 0
-        self._tasks: list[ARTask] = []
-        self._obs: list[str] = []
-        self._turn: list[int] = []
-        self._best: list[float] = []
+
+    def _task(self, i: int) -> ARTask:
+        return self.episodes.tasks[i].payload
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
-        self._tasks = [t.payload for t in tasks]
-        for task in self._tasks:
+        for task in (t.payload for t in tasks):
             if task.id not in self._inputs and self.pool.sandbox.exposes(task.data_dir):
                 raise ValueError(f"task {task.id!r}: its data directory {task.data_dir} (hidden labels) lies inside "
                                  "what the sandbox shows its programs read-only (/usr, /etc, the Python installation); "
                                  "move the task cache elsewhere (WMRL_CACHE_DIR)")
-        self._obs = [format_prompt(t.description) for t in self._tasks]
-        self._turn = [0] * len(tasks)
-        self._best = [0.0] * len(tasks)
-        return list(self._obs)
+        return self.episodes.reset(tasks)
 
     def _inputs_of(self, task: ARTask) -> Path:
         """The task's public files, written once; written again if anything removed or changed them."""
@@ -101,11 +93,11 @@ class AutoResearchEnv(RealEnv):
         for i, reply in enumerate(actions):
             if reply is None:
                 continue
-            self._turn[i] += 1
+            self.episodes.begin_turn(i)
             try:
                 codes[i] = extract_code(reply)
                 if codes[i] is not None:
-                    jobs.append(Job(codes[i], self._inputs_of(self._tasks[i]), self._limits(self._tasks[i])))
+                    jobs.append(Job(codes[i], self._inputs_of(self._task(i)), self._limits(self._task(i))))
                     job_idx.append(i)
             except Exception as e:  # noqa: BLE001 - one episode's host-side failure costs that episode only
                 out[i] = self._unknown(i, reply, f"host-side error before the run: {type(e).__name__}: {e}")
@@ -129,7 +121,7 @@ class AutoResearchEnv(RealEnv):
             return [ExecResult("infra", None, "", "", 0.0, f"sandbox pool failed: {type(e).__name__}: {e}")] * len(jobs)
 
     def _transition(self, i: int, reply: str, code: str | None, result: ExecResult | None) -> Transition:
-        task = self._tasks[i]
+        task = self._task(i)
         if code is None:
             status, score, reward, msg = "invalid", None, 0.0, "no ```python code block found in the reply"
         elif result.status == "infra":
@@ -140,21 +132,18 @@ class AutoResearchEnv(RealEnv):
         else:
             g = grade_bytes(task, result.files.get(SUBMISSION_FILE), result.file_problems.get(SUBMISSION_FILE))
             status, score, reward, msg = g.status, g.score, g.reward, g.message
-        self._best[i] = max(self._best[i], reward)
-        done = self._turn[i] >= self.turns
-        final = (self._best[i] if self.final == "best" else reward) if done else 0.0
         shown = ("", "") if result is None else (result.stdout, result.stderr if status != "ok" else "")
-        self._obs[i] = next_observation(self._obs[i], reply, report(status, score, msg, *shown))
+        obs, final, _, done = self.episodes.end_turn(i, reply, report(status, score, msg, *shown), reward)
         info = {"status": status, "score": score, "turn_reward": reward}
         if result is not None and result.peak_memory_mb is not None:
             info["peak_memory_mb"] = round(result.peak_memory_mb, 1)
         if status != "ok":  # the line that says why, kept for diagnosis and for WMs that learn it
             info["error"] = defuse(((result.exception_line if result is not None else "") or msg)[-300:])
-        return Transition(self._obs[i], final, done, info=info)
+        return Transition(obs, final, done, info=info)
 
     def _unknown(self, i: int, reply: str, detail: str) -> Transition:
         log.warning("autoresearch env: episode %d graded unknown: %s", i, detail)
-        obs = next_observation(self._obs[i], reply, "status: sandbox failure (not your fault)")
+        obs = self.episodes.end_unknown(i, reply, "status: sandbox failure (not your fault)")
         return Transition(obs, None, True, info={"status": "infra", "detail": detail[:500]})
 
     def close(self) -> None:

@@ -23,8 +23,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from wmrl.core.types import SPLITS
 from wmrl.domains.autoresearch.tasks import (
-    METRICS, PUBLIC_FILES, SPLITS, ARTask, label_key, render_description,
+    METRICS, PUBLIC_FILES, ARTask, label_key, render_description,
 )
 
 REQUIRED_FILES = {

@@ -35,21 +35,20 @@ from typing import Any, Sequence
 import torch
 
 from wmrl.core.interfaces import WorldModel
-from wmrl.core.types import Task, Trajectory, Transition
-from wmrl.domains.autoresearch.corpus import (
+from wmrl.core.types import GRADED_STATUSES, Task, Trajectory, Transition
+from wmrl.domains.autoresearch.episodes import Episodes
+from wmrl.domains.autoresearch.feedback import report
+from wmrl.domains.autoresearch.protocol import (
     ASSISTANT_MARK,
     END_MARK,
     FEEDBACK_INSTRUCTION,
     SYSTEM_MARK,
     USER_MARK,
     extract_code,
-    format_prompt,
     format_reply,
-    next_observation,
 )
-from wmrl.domains.autoresearch.feedback import report
 from wmrl.domains.autoresearch.world_model import static_failure
-from wmrl.world_models.llm_outcome import OUTCOME_STATUSES, LLMOutcomePredictor, format_outcome
+from wmrl.world_models.llm_outcome import LLMOutcomePredictor, format_outcome
 
 WM_SYSTEM_PROMPT = (
     "Predict what happens when this script runs in the sandbox. Answer with `status:` (ok, error, timeout, oom "
@@ -90,7 +89,7 @@ def anchor_examples(anchors: Sequence[Trajectory], *, log_chars: int = 400, digi
             continue
         for t, (reply, info) in enumerate(zip(traj.actions, traj.infos)):
             status, reward = info.get("status"), info.get("turn_reward")
-            if info.get("simulated") or status not in OUTCOME_STATUSES or reward is None:
+            if info.get("simulated") or status not in GRADED_STATUSES or reward is None:
                 continue
             code = extract_code(reply)
             if static_failure(code, traj.task.payload) is not None:
@@ -132,11 +131,8 @@ class LLMOutcomeModel(WorldModel):
         log_chars: int = 400,
         seed: int = 0,
     ):
-        if turns < 1:
-            raise ValueError("turns must be >= 1")
-        if final not in ("best", "last"):
-            raise ValueError("final must be 'best' or 'last'")
-        self.turns, self.final, self.log_chars = turns, final, log_chars
+        self.episodes = Episodes(turns, final)
+        self.log_chars = log_chars
         self.predictor = LLMOutcomePredictor(
             backbone, tokenizer, samples=samples, min_parsed=min_parsed, max_new_tokens=max_new_tokens,
             temperature=temperature, fit_steps=fit_steps, fit_seconds=fit_seconds, lr=lr, batch_size=batch_size,
@@ -144,20 +140,12 @@ class LLMOutcomeModel(WorldModel):
         )
         #: the last fit's statistics (steps, loss, seconds, window size)
         self.last_fit: dict = {}
-        self._tasks: list[Task] = []
-        self._obs: list[str] = []
-        self._turn: list[int] = []
-        self._best: list[tuple[float, float] | None] = []  # (mean, var) of the best turn so far
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
-        self._tasks = list(tasks)
-        self._obs = [format_prompt(t.payload.description) for t in self._tasks]
-        self._turn = [0] * len(self._tasks)
-        self._best = [None] * len(self._tasks)
-        return list(self._obs)
+        return self.episodes.reset(tasks)
 
     def _failure(self, i: int) -> float:
-        return float(getattr(self._tasks[i].payload, "failure_reward", 0.0))
+        return float(getattr(self.episodes.tasks[i].payload, "failure_reward", 0.0))
 
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
         out: list[Transition | None] = [None] * len(actions)
@@ -167,14 +155,15 @@ class LLMOutcomeModel(WorldModel):
         for i, reply in enumerate(actions):
             if reply is None:
                 continue
-            self._turn[i] += 1
+            self.episodes.begin_turn(i)
+            task = self.episodes.tasks[i].payload
             code = extract_code(reply)
-            problem = _NO_CODE if code is None else static_failure(code, self._tasks[i].payload)
+            problem = _NO_CODE if code is None else static_failure(code, task)
             if problem is not None:
                 status = "invalid" if code is None else "error"
                 verdicts[i] = (status, self._failure(i), DECIDED_VAR, report(status, message=problem))
             else:
-                ask.append((i, outcome_prompt(self._tasks[i].payload.description, code)))
+                ask.append((i, outcome_prompt(task.description, code)))
         errors: dict[int, str] = {}
         if ask:
             samples = self.predictor.predict([p for _, p in ask], [self._failure(i) for i, _ in ask])
@@ -190,17 +179,12 @@ class LLMOutcomeModel(WorldModel):
         for i, verdict in verdicts.items():
             reply = actions[i]
             if verdict is None:
-                self._obs[i] = next_observation(self._obs[i], reply, "status: unknown (the world model gave no grade)")
-                out[i] = Transition(self._obs[i], None, True, info={"status": "unknown", "error": errors[i],
-                                                                   "simulated": True})
+                obs = self.episodes.end_unknown(i, reply, "status: unknown (the world model gave no grade)")
+                out[i] = Transition(obs, None, True, info={"status": "unknown", "error": errors[i], "simulated": True})
                 continue
             status, mean, var, feedback = verdict
-            if self._best[i] is None or mean > self._best[i][0]:
-                self._best[i] = (mean, var)
-            done = self._turn[i] >= self.turns
-            final, final_var = (self._best[i] if self.final == "best" else (mean, var)) if done else (0.0, 0.0)
-            self._obs[i] = next_observation(self._obs[i], reply, feedback)
-            out[i] = Transition(self._obs[i], final, done, reward_var=final_var,
+            obs, final, final_var, done = self.episodes.end_turn(i, reply, feedback, mean, var)
+            out[i] = Transition(obs, final, done, reward_var=final_var,
                                 info={"status": status, "turn_reward": mean, "turn_var": var, "simulated": True})
         return out
 

@@ -28,8 +28,8 @@ log-probability of the canonical encoding instead, so `log_prob(obs,
 act(obs))` always agrees with what `act` returned (`stats` counts how often).
 
 Any causal LM loads (`model_name_or_path` is a local directory or a Hub id);
-the conversation text uses corpus.py's plain-text role markers, not a Hub chat
-model's own template, and a reply ends at the tokenizer's EOS (or any
+the conversation text uses the chat protocol's plain-text role markers
+(`protocol.py`), not a Hub chat model's own template, and a reply ends at the tokenizer's EOS (or any
 `generation_config.eos_token_id`).
 """
 
@@ -41,15 +41,9 @@ from typing import Any, Sequence
 import torch
 
 from wmrl.core.interfaces import Policy
-from wmrl.domains.autoresearch.corpus import (  # noqa: F401  (re-exported: env and world model import them here)
-    ASSISTANT_MARK,
-    extract_code,
-    format_prompt,
-    format_reply,
-    next_observation,
-)
+from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK
 
-__all__ = ["CodeAgentPolicy", "truncate_prompt_ids", "extract_code", "format_prompt", "next_observation"]
+__all__ = ["CodeAgentPolicy", "truncate_prompt_ids"]
 
 
 def truncate_prompt_ids(tokenizer: Any, text: str, max_tokens: int) -> list[int]:

@@ -6,6 +6,11 @@ leaves `submission.csv` behind; `grader.grade` scores it against hidden labels
 that never enter the sandbox, and `ARTask.normalize` turns the score into a
 reward in [0, 1].
 
+This module defines the tasks and owns their data (specs, generation, the
+cache, the hidden labels, descriptions); it never grades. `suite.load_suite`
+loads the suite and pins each task's baseline and reference scores with the
+grader, so the grader can read task data without an import cycle.
+
 Every task is built deterministically from scikit-learn's bundled datasets or
 its generators with fixed seeds, so the suite needs no network. Generated
 arrays are cached (`~/.cache/wmrl/autoresearch-mini/<version>/<task id>/`);
@@ -17,7 +22,7 @@ cheaply into the run store as a `Task` payload.
 
 Regenerate the pinned reference scores and the fit times quoted in
 `docs/autoresearch_tasks.md` with
-`python -m wmrl.domains.autoresearch.tasks --measure`.
+`python -m wmrl.domains.autoresearch.suite --measure`.
 """
 
 from __future__ import annotations
@@ -35,12 +40,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wmrl.core.types import Task
+from wmrl.core.types import SPLITS, Task
 
 SUITE_NAME = "autoresearch-mini"
 #: bump when a task's data, description or grading changes: the cache is keyed by it
 SUITE_VERSION = "v1"
-SPLITS = ("train", "test_id", "test_ood")
 #: reward 1 needs the reference score plus this fraction of its gap to a perfect score
 HEADROOM = 0.25
 #: the reward of an attempt that fails (error, timeout, invalid submission)
@@ -244,7 +248,7 @@ class _Spec:
 
 _SMALL, _MEDIUM, _LARGE = 60, 180, 300
 
-_SPECS: tuple[_Spec, ...] = (
+SPECS: tuple[_Spec, ...] = (
     # ---- tabular-binary (training family) ----
     _Spec("bc-diagnosis", "tabular-binary", "train", "roc_auc", _SMALL,
           "Predict whether a breast tumour is benign (1) or malignant (0) from 30 measurements of its cell nuclei "
@@ -374,10 +378,10 @@ _SPECS: tuple[_Spec, ...] = (
           "nonlinear_multi", {"n_samples": 3000}, seed=73),
 )
 
-_SPEC_BY_ID = {s.id: s for s in _SPECS}
+_SPEC_BY_ID = {s.id: s for s in SPECS}
 
 #: HistGradientBoosting (default settings, random_state=0) scores on the hidden test rows, measured with
-#: `python -m wmrl.domains.autoresearch.tasks --measure` on scikit-learn 1.9.1. A task missing here gets its
+#: `python -m wmrl.domains.autoresearch.suite --measure` on scikit-learn 1.9.1. A task missing here gets its
 #: reference computed at build time and cached in its meta.json.
 _PINNED_REFERENCE: dict[str, float] = {
     'bc-diagnosis': 0.981132,
@@ -542,21 +546,15 @@ def _build(spec: _Spec, task_dir: Path) -> dict:
         "target_dtype": target_dtype, "classes": classes, "task_type": task_type,
         "n_train": int(len(a["X_train"])), "n_test": int(len(a["X_test"])),
     }
-    task = _task_from_meta(spec, meta, task_dir, baseline=math.nan, reference=math.nan)
-    from wmrl.domains.autoresearch import grader
-
-    meta["baseline"] = grader.baseline_score(task)
-    _write_meta(task_dir, meta)
+    _write_meta(task_dir, meta)  # the scores come later, from the grader (suite.load_suite)
     return meta
 
 
-def _task_from_meta(spec: _Spec, meta: dict, task_dir: Path, *, baseline: float | None = None,
-                    reference: float | None = None) -> ARTask:
+def _task_from_meta(spec: _Spec, meta: dict, task_dir: Path) -> ARTask:
+    """The task as its meta describes it; a score not measured yet is NaN."""
     classes = tuple(meta["classes"]) if meta["classes"] is not None else None
-    b = meta["baseline"] if baseline is None else baseline
-    r = reference
-    if r is None:
-        r = _PINNED_REFERENCE.get(spec.id, meta.get("reference", math.nan))
+    b = meta.get("baseline", math.nan)
+    r = _PINNED_REFERENCE.get(spec.id, meta.get("reference", math.nan))
     description = render_description(
         title=spec.id, blurb=spec.blurb, metric=spec.metric, budget_s=spec.budget_s, task_type=meta["task_type"],
         n_train=meta["n_train"], n_test=meta["n_test"], feature_columns=meta["features"],
@@ -584,32 +582,22 @@ def default_cache_dir() -> Path:
     return root / SUITE_NAME / SUITE_VERSION
 
 
-def load_suite(name: str = SUITE_NAME, cache_dir: str | os.PathLike | None = None) -> list[ARTask]:
-    """The tasks of the suite, built (or read back from `cache_dir`) deterministically.
+def task_for_spec(spec: _Spec, task_dir: Path) -> ARTask:
+    """The task of `spec`, read back from `task_dir` or built into it (deterministic, safe to race)."""
+    meta = _read_meta(task_dir)
+    if (meta is None or meta.get("fingerprint") != spec.fingerprint() or meta.get("version") != SUITE_VERSION
+            or not (task_dir / "arrays.npz").exists()):
+        meta = _build(spec, task_dir)
+    return _task_from_meta(spec, meta, task_dir)
 
-    `cache_dir` defaults to `~/.cache/wmrl/autoresearch-mini/<version>` (`$WMRL_CACHE_DIR` replaces
-    `~/.cache/wmrl`). It holds the hidden labels: keep it out of the sandbox.
-    """
-    if name != SUITE_NAME:
-        raise ValueError(f"unknown AutoResearch suite {name!r}; available: {SUITE_NAME!r} (task directories on disk "
-                         "load with wmrl.domains.autoresearch.external.load_task_root)")
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    tasks = []
-    for spec in _SPECS:
-        task_dir = root / spec.id
-        meta = _read_meta(task_dir)
-        if (meta is None or meta.get("fingerprint") != spec.fingerprint() or meta.get("version") != SUITE_VERSION
-                or not (task_dir / "arrays.npz").exists()):
-            meta = _build(spec, task_dir)
-        task = _task_from_meta(spec, meta, task_dir)
-        if not math.isfinite(task.reference):
-            from wmrl.domains.autoresearch import grader
 
-            meta["reference"] = grader.reference_score(task)
-            _write_meta(task_dir, meta)
-            task = replace(task, reference=float(meta["reference"]))
-        tasks.append(task)
-    return tasks
+def record_scores(task: ARTask, **scores: float) -> ARTask:
+    """Keep measured `baseline` / `reference` scores in the task's meta; the task with them."""
+    task_dir = Path(task.data_dir)
+    meta = _read_meta(task_dir) or {}
+    meta.update({k: float(v) for k, v in scores.items()})
+    _write_meta(task_dir, meta)
+    return replace(task, **{k: float(v) for k, v in scores.items()})
 
 
 # --- data access (ours and the grader's; never the agent's) --------------------
@@ -633,9 +621,11 @@ def load_arrays(task: ARTask) -> dict[str, np.ndarray]:
     """X_train, y_train, X_test, y_test of a suite task (rebuilt if the cache was wiped)."""
     if task.suite != SUITE_NAME:
         raise ValueError(f"task {task.id!r} is not a {SUITE_NAME} task; use train_frame / hidden_labels")
-    path = Path(task.data_dir) / "arrays.npz"
-    if not path.exists():
-        _build(_SPEC_BY_ID[task.id], Path(task.data_dir))
+    task_dir = Path(task.data_dir)
+    path = task_dir / "arrays.npz"
+    if not path.exists():  # deterministic: the same arrays again; the meta and its scores stay if still there
+        spec = _SPEC_BY_ID[task.id]
+        _build(spec, task_dir) if _read_meta(task_dir) is None else _build_arrays(spec, task_dir)
     return _load_npz(path)
 
 
@@ -825,68 +815,3 @@ def render_description(*, title: str, blurb: str, metric: str, budget_s: int, ta
         "values. A missing or malformed submission scores nothing.",
     ]
     return "\n".join(lines) + "\n"
-
-
-# --- measurement (regenerates the pinned references and the documented fit times) ------
-
-
-def _measure(cache_dir: str | None) -> None:  # pragma: no cover - a maintenance tool
-    import time
-
-    from threadpoolctl import threadpool_limits
-
-    from wmrl.domains.autoresearch import grader
-
-    global _PINNED_REFERENCE
-    saved, _PINNED_REFERENCE = _PINNED_REFERENCE, {}
-    try:
-        tasks = load_suite(cache_dir=cache_dir)
-    finally:
-        _PINNED_REFERENCE = saved
-    from sklearn.ensemble import (
-        HistGradientBoostingClassifier, HistGradientBoostingRegressor, RandomForestClassifier, RandomForestRegressor,
-    )
-    from sklearn.multioutput import MultiOutputRegressor
-
-    rows, pins = [], {}
-    with threadpool_limits(limits=1):
-        for task in tasks:
-            tr = train_frame(task)
-            X = tr[list(task.feature_columns)].to_numpy(dtype=float)
-            y = tr[list(task.target_columns)].to_numpy()
-            y = y[:, 0] if y.shape[1] == 1 else y
-            ref = grader.reference_score(task)
-            clf = task.classes is not None
-            hgb = (HistGradientBoostingClassifier if clf else HistGradientBoostingRegressor)(random_state=0)
-            if y.ndim == 2:
-                hgb = MultiOutputRegressor(hgb)
-            rf = (RandomForestClassifier if clf else RandomForestRegressor)(n_estimators=100, n_jobs=1, random_state=0)
-            times = []
-            for model in (hgb, rf):
-                t0 = time.perf_counter()
-                model.fit(X, y)
-                times.append(time.perf_counter() - t0)
-            pins[task.id] = round(ref, 6)
-            t = replace(task, reference=ref)
-            rows.append(f"| `{t.id}` | {t.family} | {t.split} | {t.metric} | {t.n_train} / {t.n_test} × "
-                        f"{len(t.feature_columns)} | {t.budget_s} | {t.baseline:.4g} | {ref:.4g} | "
-                        f"{t.target_score:.4g} | {t.normalize(ref):.2f} | {times[0]:.2f} | {times[1]:.2f} |")
-            print(rows[-1], flush=True)
-    print("\n_PINNED_REFERENCE = {")
-    for k, v in pins.items():
-        print(f"    {k!r}: {v!r},")
-    print("}")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--measure", action="store_true", help="recompute references and time fits on one core")
-    ap.add_argument("--cache-dir", default=None)
-    args = ap.parse_args()
-    if args.measure:
-        _measure(args.cache_dir)
-    else:
-        for task in load_suite(cache_dir=args.cache_dir):
-            print(task)

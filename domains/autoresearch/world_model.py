@@ -25,7 +25,8 @@ import numpy as np
 
 from wmrl.core.interfaces import WorldModel
 from wmrl.core.types import Task, Trajectory, Transition
-from wmrl.domains.autoresearch.corpus import extract_code, format_prompt, next_observation
+from wmrl.domains.autoresearch.episodes import Episodes
+from wmrl.domains.autoresearch.protocol import extract_code
 from wmrl.world_models.calibration import VarianceCalibrator
 from wmrl.world_models.ensemble import RidgeEnsemble
 from wmrl.world_models.features import hashed_ngrams
@@ -78,17 +79,13 @@ def static_failure(code: str | None, task: Any = None) -> str | None:
 
 class CodeOutcomeModel(WorldModel):
     def __init__(self, families: Sequence[str], *, turns: int = 1, final: str = "best", dim: int = 512,
-                 members: int = 8, seed: int = 0, regressor: Any = None, background_fit: bool = False):
+                 members: int = 8, seed: int = 0, regressor: Any = None):
         self.families = sorted(set(families))
-        self.turns, self.final, self.dim = turns, final, dim
-        # anything with add / fit / wait / predict -> (mean, var) / state_dict, e.g. GaussianEnsemble
+        self.dim = dim
+        self.episodes = Episodes(turns, final)
+        # anything with n / add / fit / predict -> (mean, var) / state_dict, e.g. GaussianEnsemble
         self.model = regressor if regressor is not None else RidgeEnsemble(members=members, seed=seed)
         self.calibrator = VarianceCalibrator()
-        # regressors that train in a thread (GaussianEnsemble) keep serving the last fit meanwhile
-        self._fit_kwargs = {"background": True} if background_fit else {}
-        self._tasks: list[Task] = []
-        self._obs: list[str] = []
-        self._turn: list[int] = []
 
     def features(self, task: Task, code: str) -> np.ndarray:
         t = task.payload
@@ -114,23 +111,17 @@ class CodeOutcomeModel(WorldModel):
         return [tuple(map(float, next(it))) if good else (0.0, 1e-4) for good in ok]
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
-        self._tasks = list(tasks)
-        self._obs = [format_prompt(t.payload.description) for t in self._tasks]
-        self._turn = [0] * len(self._tasks)
-        self._best = [0.0] * len(self._tasks)
-        return list(self._obs)
+        return self.episodes.reset(tasks)
 
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
         live = [i for i, a in enumerate(actions) if a is not None]
-        scores = self.score([self._tasks[i] for i in live], [actions[i] for i in live])
+        scores = self.score([self.episodes.tasks[i] for i in live], [actions[i] for i in live])
         out: list[Transition | None] = [None] * len(actions)
         for i, (m, v) in zip(live, scores):
-            self._turn[i] += 1
-            self._best[i] = max(self._best[i], m)
-            done = self._turn[i] >= self.turns
-            final = (self._best[i] if self.final == "best" else m) if done else 0.0
-            self._obs[i] = next_observation(self._obs[i], actions[i], f"status: simulated\npredicted score: {m:.3f}")
-            out[i] = Transition(self._obs[i], final, done, reward_var=v if done else 0.0, info={"turn_reward": m})
+            self.episodes.begin_turn(i)
+            obs, reward, var, done = self.episodes.end_turn(
+                i, actions[i], f"status: simulated\npredicted score: {m:.3f}", m, v)
+            out[i] = Transition(obs, reward, done, reward_var=var, info={"turn_reward": m})
         return out
 
     def fit(self, anchors: Sequence[Trajectory]) -> None:
@@ -146,10 +137,7 @@ class CodeOutcomeModel(WorldModel):
             if self.model.n:  # out-of-sample residuals: the model has not seen these yet
                 self.calibrator.observe(*self.model.predict(X), y)
             self.model.add(X, y)
-            self.model.fit(**self._fit_kwargs)
-
-    def wait(self) -> None:
-        self.model.wait()
+            self.model.fit()
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "calibrator": self.calibrator.state_dict()}

@@ -9,11 +9,12 @@ x <- x + v dt, with the action a clipped to [-1, 1]^2, drawn from a Gaussian
 policy. The episode's reward (at its last step) is 1 within `tol` of the goal,
 else 0.5 * max(0, 1 - d_final / d_start), so failures still carry a signal.
 
-The world model perturbs the dynamics (`wm_gain_error`, `wm_drag_error`), bends
-its reward monotonically (r -> r**wm_shape), overrates arriving fast
-(`wm_speed_bonus` * final speed, a reordering bias a WM-only policy exploits by
-overshooting), and adds noise whose std grows with speed (`wm_noise_hetero`),
-reported as the variance.
+The world model `perturbed-dynamics` (keys in `PerturbedConfig`) perturbs the
+dynamics (`gain_error`, `drag_error`), bends its reward monotonically
+(r -> r**shape), overrates arriving fast (`speed_bonus` * final speed, a
+reordering bias a WM-only policy exploits by overshooting), and adds noise
+whose std grows with speed (`noise_hetero`), reported as the variance.
+`latent-dynamics` learns the dynamics instead (`world_models/latent.py`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from torch import nn
 
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
-from wmrl.core.registry import DOMAINS, WORLD_MODELS
-from wmrl.core.types import Task, Trajectory, Transition
-from wmrl.domains.synthetic.common import ExecutionCost
+from wmrl.core.registry import DOMAINS
+from wmrl.core.types import SPLITS, Task, Trajectory, Transition
+from wmrl.core.validation import at_least
+from wmrl.core.wm_spec import WorldModelConfig, register_world_model
+from wmrl.domains.synthetic.common import DistortionConfig, ExecutionCost, seeded_mlp
 
 
 @dataclass
@@ -49,19 +52,45 @@ class ControlConfig:
     init_log_std: float = -0.5
     real_delay_s: float = 0.0
     real_capacity: int = 4
-    wm_gain_error: float = 0.0
-    wm_drag_error: float = 0.0
-    wm_shape: float = 1.0
-    wm_speed_bonus: float = 0.0
-    wm_noise: float = 0.02
-    wm_noise_hetero: float = 0.0
-    world_model: str = "perturbed-dynamics"
     ledger: str | None = None
+
+    def validate(self) -> None:
+        ExecutionCost.check(self.real_delay_s, self.real_capacity)
+        at_least(self, "domain", 1, "horizon", "n_train", "hidden")
+        if not (self.dt > 0 and self.tol > 0):
+            raise ValueError("domain.dt and domain.tol must be > 0")
+
+
+@dataclass
+class PerturbedConfig(DistortionConfig):
+    """`perturbed-dynamics`: the real dynamics with errors, the reward bent, a speed bonus; noisier when fast."""
+
+    gain_error: float = 0.0
+    drag_error: float = 0.0
+    speed_bonus: float = 0.0
+
+
+@dataclass
+class LatentConfig(WorldModelConfig):
+    """`latent-dynamics`: a learned latent-dynamics ensemble (`world_models/latent.py`), fitted on anchors."""
+
+    members: int = 5
+    latent_dim: int = 16
+    hidden: int = 32
+    epochs: int = 150
+    refit_epochs: int = 50
+    lr: float = 1e-2
+    window: int = 2048
+
+    def validate(self) -> None:
+        at_least(self, "world_model", 1, "members", "latent_dim", "hidden", "epochs", "refit_epochs", "window")
+        if not self.lr > 0:
+            raise ValueError(f"world_model.lr must be > 0, got {self.lr!r}")
 
 
 def _tasks(cfg: ControlConfig, split: str) -> list[Task]:
     n = {"train": cfg.n_train, "test_id": cfg.n_test_id, "test_ood": cfg.n_test_ood}[split]
-    rng = np.random.default_rng([cfg.seed, 5, ["train", "test_id", "test_ood"].index(split)])
+    rng = np.random.default_rng([cfg.seed, 5, SPLITS.index(split)])
     angle = rng.uniform(0, 2 * np.pi, n)
     # in-distribution goals lie 0.5-1.0 away; OOD goals 1.2-1.5 away (never trained on)
     radius = rng.uniform(1.2, 1.5, n) if split == "test_ood" else rng.uniform(0.5, 1.0, n)
@@ -127,9 +156,9 @@ class ControlEnv(RealEnv):
 class ControlWorldModel(WorldModel):
     """Its noise is a function of the episode (task and final state), so resume is exact."""
 
-    def __init__(self, cfg: ControlConfig):
-        self.cfg = cfg
-        self.sim = PointMass(cfg, cfg.gain * (1 + cfg.wm_gain_error), cfg.drag + cfg.wm_drag_error)
+    def __init__(self, cfg: ControlConfig, wm: PerturbedConfig):
+        self.cfg, self.wm = cfg, wm
+        self.sim = PointMass(cfg, cfg.gain * (1 + wm.gain_error), cfg.drag + wm.drag_error)
         self._ids: list[str] = []
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
@@ -137,7 +166,7 @@ class ControlWorldModel(WorldModel):
         return self.sim.reset(np.array([t.payload for t in tasks]))
 
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
-        c = self.cfg
+        c, w = self.cfg, self.wm
         out: list[Transition | None] = [None] * len(actions)
         for i, a in enumerate(actions):
             if a is None:
@@ -146,8 +175,8 @@ class ControlWorldModel(WorldModel):
                 out[i] = Transition(self.sim.obs(i), 0.0, False, reward_var=0.0)
                 continue
             speed = float(np.linalg.norm(self.sim.v[i]))
-            std = c.wm_noise + c.wm_noise_hetero * speed
-            r = self.sim.success_reward(i) ** c.wm_shape + c.wm_speed_bonus * min(speed, 1.0)
+            std = w.noise + w.noise_hetero * speed
+            r = self.sim.success_reward(i) ** w.shape + w.speed_bonus * min(speed, 1.0)
             key = zlib.crc32(self._ids[i].encode() + self.sim.x[i].tobytes())
             r = float(np.clip(r + std * np.random.default_rng([c.seed, 6, key]).normal(), 0.0, 1.0))
             out[i] = Transition(self.sim.obs(i), r, True, reward_var=std**2)
@@ -158,16 +187,12 @@ class GaussianPolicy(Policy):
     """Gaussian over actions (the dynamics clip them to [-1, 1]); a state-independent log-std."""
 
     def __init__(self, cfg: ControlConfig, seed: int):
-        torch.manual_seed(seed)
         self.module = nn.ModuleDict(
             {
-                "mean": nn.Sequential(nn.Linear(4, cfg.hidden), nn.Tanh(), nn.Linear(cfg.hidden, 2)),
+                "mean": seeded_mlp([4, cfg.hidden, 2], seed),
                 "log_std": nn.ParameterList([nn.Parameter(torch.full((2,), cfg.init_log_std))]),
             }
         )
-        with torch.no_grad():
-            self.module["mean"][-1].weight.mul_(0.1)
-            self.module["mean"][-1].bias.zero_()
 
     def _dist(self, observations) -> torch.distributions.Normal:
         x = torch.as_tensor(np.stack(observations), dtype=torch.float32)
@@ -186,7 +211,7 @@ class GaussianPolicy(Policy):
 @DOMAINS.register("synthetic-control")
 class ControlDomain(Domain):
     config_class = ControlConfig
-    world_models = ("perturbed-dynamics", "latent-dynamics")
+    default_world_model = "perturbed-dynamics"
 
     def __init__(self, cfg: ControlConfig):
         super().__init__(cfg)
@@ -212,14 +237,14 @@ class ControlDomain(Domain):
         return sim.success_reward(0)
 
 
-@WORLD_MODELS.register("perturbed-dynamics")
-def _perturbed(domain: ControlDomain) -> WorldModel:
-    """The real dynamics with the configured errors, bias and noise (`wm_*` keys)."""
-    return ControlWorldModel(domain.cfg)
+@register_world_model("perturbed-dynamics", domains=["synthetic-control"], config=PerturbedConfig)
+def _perturbed(domain: ControlDomain, wm: PerturbedConfig) -> WorldModel:
+    """The real dynamics with the configured errors, bias and noise."""
+    return ControlWorldModel(domain.cfg, wm)
 
 
-@WORLD_MODELS.register("latent-dynamics")
-def _latent(domain: ControlDomain, **model_kwargs) -> WorldModel:
+@register_world_model("latent-dynamics", domains=["synthetic-control"], config=LatentConfig)
+def _latent(domain: ControlDomain, wm: LatentConfig) -> WorldModel:
     """A learned latent-dynamics ensemble, fitted online on the real anchor episodes."""
     from wmrl.world_models.latent import LatentDynamicsEnsemble, LatentWorldModel
 
@@ -228,5 +253,7 @@ def _latent(domain: ControlDomain, **model_kwargs) -> WorldModel:
     def first(tasks: Sequence[Task]) -> list[np.ndarray]:
         return PointMass(cfg, cfg.gain, cfg.drag).reset(np.array([t.payload for t in tasks]))
 
-    model_kwargs.setdefault("seed", cfg.seed)
-    return LatentWorldModel(LatentDynamicsEnsemble(obs_dim=4, action_dim=2, **model_kwargs), first, cfg.horizon)
+    model = LatentDynamicsEnsemble(obs_dim=4, action_dim=2, members=wm.members, latent_dim=wm.latent_dim,
+                                   hidden=wm.hidden, epochs=wm.epochs, refit_epochs=wm.refit_epochs, lr=wm.lr,
+                                   window=wm.window, seed=cfg.seed)
+    return LatentWorldModel(model, first, cfg.horizon)

@@ -7,14 +7,15 @@ v[k, m] = sigmoid(2 phi . U[k, m]) and a program's true reward is the mean worth
 of its choices, in (0, 1). Held-out OOD tasks draw phi from a shifted
 distribution the policy never trains on.
 
-The world model's score is built from the three failure modes the method is
-about, each controllable:
-- a non-affine monotone distortion r -> r**wm_shape (GRPO's standardization
+The world model (`world_model.type=program-distorted`, keys in
+`DistortedConfig`) scores with the three failure modes the method is about,
+each controllable:
+- a non-affine monotone distortion r -> r**shape (GRPO's standardization
   cancels affine maps, not this);
 - a *reordering* bias: each slot has a "hack" option the world model overrates
-  by `wm_hack`/n_slots, so it prefers worse programs (a policy trained on it
+  by `hack`/n_slots, so it prefers worse programs (a policy trained on it
   alone learns the hacks);
-- heteroscedastic noise: std `wm_noise` plus `wm_noise_hetero` times the share
+- heteroscedastic noise: std `noise` plus `noise_hetero` times the share
   of "exotic" choices (the upper half of options), reported as the variance.
 """
 
@@ -26,13 +27,14 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import nn
 
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
-from wmrl.core.registry import DOMAINS, WORLD_MODELS
-from wmrl.core.types import Task, Trajectory, Transition
-from wmrl.domains.synthetic.common import ExecutionCost
+from wmrl.core.registry import DOMAINS
+from wmrl.core.types import SPLITS, Task, Trajectory, Transition
+from wmrl.core.validation import at_least
+from wmrl.core.wm_spec import register_world_model
+from wmrl.domains.synthetic.common import DistortionConfig, ExecutionCost, seeded_mlp
 
 
 @dataclass
@@ -49,12 +51,18 @@ class ProgramConfig:
     hidden: int = 32
     real_delay_s: float = 0.0
     real_capacity: int = 4
-    wm_shape: float = 1.0
-    wm_hack: float = 0.0
-    wm_noise: float = 0.02
-    wm_noise_hetero: float = 0.0
-    world_model: str = "program-distorted"
     ledger: str | None = None
+
+    def validate(self) -> None:
+        ExecutionCost.check(self.real_delay_s, self.real_capacity)
+        at_least(self, "domain", 1, "n_slots", "n_choices", "feature_dim", "n_train", "hidden")
+
+
+@dataclass
+class DistortedConfig(DistortionConfig):
+    """`program-distorted`: the true reward bent, with a reordering hack; noisier on exotic programs."""
+
+    hack: float = 0.0
 
 
 class ProgramWorld:
@@ -80,7 +88,7 @@ class ProgramWorld:
     def tasks(self, split: str) -> list[Task]:
         cfg = self.cfg
         n = {"train": cfg.n_train, "test_id": cfg.n_test_id, "test_ood": cfg.n_test_ood}[split]
-        rng = np.random.default_rng([cfg.seed, 2, ["train", "test_id", "test_ood"].index(split)])
+        rng = np.random.default_rng([cfg.seed, 2, SPLITS.index(split)])
         phi = rng.normal(size=(n, cfg.feature_dim))
         if split == "test_ood":
             phi[:, : cfg.feature_dim // 2] += cfg.ood_shift
@@ -112,8 +120,8 @@ class ProgramEnv(RealEnv):
 class ProgramWorldModel(WorldModel):
     """Deterministic per (task, program), like a world model decoding greedily: resume is exact."""
 
-    def __init__(self, world: ProgramWorld):
-        self.world = world
+    def __init__(self, world: ProgramWorld, cfg: DistortedConfig):
+        self.world, self.cfg = world, cfg
         self._tasks: list[Task] = []
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
@@ -121,13 +129,13 @@ class ProgramWorldModel(WorldModel):
         return [t.payload for t in self._tasks]
 
     def score(self, task: Task, action: np.ndarray) -> tuple[float, float]:
-        c = self.world.cfg
+        c, w = self.cfg, self.world.cfg
         r = self.world.reward(task.payload, action)
         hacked = float(np.mean(action == self.world.hack))
-        exotic = float(np.mean(action >= c.n_choices // 2))
-        std = c.wm_noise + c.wm_noise_hetero * exotic
-        noise = np.random.default_rng([c.seed, 3, zlib.crc32(task.id.encode()), *action.tolist()]).normal()
-        mean = r**c.wm_shape + c.wm_hack * hacked + std * noise
+        exotic = float(np.mean(action >= w.n_choices // 2))
+        std = c.noise + c.noise_hetero * exotic
+        noise = np.random.default_rng([w.seed, 3, zlib.crc32(task.id.encode()), *action.tolist()]).normal()
+        mean = r**c.shape + c.hack * hacked + std * noise
         return float(np.clip(mean, 0.0, 1.0)), std**2
 
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
@@ -143,12 +151,8 @@ class ProgramPolicy(Policy):
     """Independent categorical per slot, conditioned on the task features."""
 
     def __init__(self, cfg: ProgramConfig, seed: int):
-        torch.manual_seed(seed)
         self.K, self.M = cfg.n_slots, cfg.n_choices
-        self.module = nn.Sequential(nn.Linear(cfg.feature_dim, cfg.hidden), nn.Tanh(), nn.Linear(cfg.hidden, self.K * self.M))
-        with torch.no_grad():  # start near uniform: the mediocre agent RL improves
-            self.module[-1].weight.mul_(0.1)
-            self.module[-1].bias.zero_()
+        self.module = seeded_mlp([cfg.feature_dim, cfg.hidden, self.K * self.M], seed)
 
     def _logits(self, observations: Sequence[Any]) -> torch.Tensor:
         x = torch.as_tensor(np.stack(observations), dtype=torch.float32)
@@ -173,8 +177,8 @@ class ProgramPolicy(Policy):
 @DOMAINS.register("synthetic-program")
 class ProgramDomain(Domain):
     config_class = ProgramConfig
+    default_world_model = "program-distorted"
     max_turns = 1
-    world_models = ("program-distorted",)
 
     def __init__(self, cfg: ProgramConfig):
         super().__init__(cfg)
@@ -195,7 +199,7 @@ class ProgramDomain(Domain):
         return self.world.reward(trajectory.task.payload, np.asarray(trajectory.actions[-1]))
 
 
-@WORLD_MODELS.register("program-distorted")
-def _distorted(domain: ProgramDomain) -> WorldModel:
-    """The true reward bent by the configured biases and noise (`wm_*` keys)."""
-    return ProgramWorldModel(domain.world)
+@register_world_model("program-distorted", domains=["synthetic-program"], config=DistortedConfig)
+def _distorted(domain: ProgramDomain, cfg: DistortedConfig) -> WorldModel:
+    """The true reward bent by the configured biases and noise."""
+    return ProgramWorldModel(domain.world, cfg)
