@@ -5,7 +5,10 @@ unparsable world-model reply) is excluded, never scored 0: zero is a confident
 claim that the attempt was bad, and would push the policy away from it. Groups
 with fewer than `min_graded` graded trajectories carry no relative signal and
 are skipped. Standardizing by the group's standard deviation is a switch: on,
-it is GRPO; off, only centring (scale-aware, "Dr. GRPO" style).
+it is GRPO; off, only centring (scale-aware, "Dr. GRPO" style). The standard
+deviation is the population one by default (divide by n, as the method's
+reference does); `std: sample` divides by n - 1, as TRL's GRPOTrainer does
+(torch's default `std`), and TRL adds eps = 1e-4 where we add 1e-6.
 """
 
 from __future__ import annotations
@@ -16,15 +19,24 @@ from typing import Sequence
 import numpy as np
 
 
+#: how the group standard deviation is taken: "population" divides by n, "sample" by n - 1 (Bessel)
+STD_CONVENTIONS = {"population": 0, "sample": 1}
+
+
 @dataclass
 class AdvantageConfig:
     standardize: bool = True
     min_graded: int = 2
     eps: float = 1e-6
+    std: str = "population"  # or "sample" (TRL's convention)
 
     def validate(self) -> None:
         if self.min_graded < 2:
             raise ValueError("estimator.advantage.min_graded must be >= 2: one trajectory has no group baseline")
+        if self.std not in STD_CONVENTIONS:
+            raise ValueError(f"estimator.advantage.std must be one of {', '.join(STD_CONVENTIONS)}, got {self.std!r}")
+        if not self.eps >= 0:
+            raise ValueError(f"estimator.advantage.eps must be >= 0, got {self.eps!r}")
 
 
 def group_advantages(rewards: Sequence[float | None], cfg: AdvantageConfig) -> list[float | None]:
@@ -36,7 +48,7 @@ def group_advantages(rewards: Sequence[float | None], cfg: AdvantageConfig) -> l
     r = np.array([rewards[i] for i in graded], dtype=float)
     a = r - r.mean()
     if cfg.standardize:
-        a = a / (r.std() + cfg.eps)
+        a = a / (r.std(ddof=STD_CONVENTIONS[cfg.std]) + cfg.eps)
     for i, ai in zip(graded, a):
         out[i] = float(ai)
     return out

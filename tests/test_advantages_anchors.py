@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -77,3 +78,21 @@ def test_capacity_binds_and_realized_fraction_falls():
 def test_fraction_outside_unit_interval_is_an_error(rho):
     with pytest.raises(ValueError, match="fraction"):
         AnchorScheduler(AnchorConfig(fraction=rho))
+
+
+def test_std_conventions_match_the_formulas_the_peers_use():
+    rewards = [0.9, None, 0.2, 0.5, 0.5, 0.1]
+    r = np.array([0.9, 0.2, 0.5, 0.5, 0.1])
+    # the method's reference: population std (divide by n) plus our eps
+    ours = group_advantages(rewards, AdvantageConfig())
+    pop = (r - r.mean()) / (np.sqrt(((r - r.mean()) ** 2).sum() / len(r)) + 1e-6)
+    assert [a for a in ours if a is not None] == pytest.approx(pop.tolist(), rel=1e-12)
+    # TRL's GRPOTrainer: (r - mean) / (std + 1e-4) with torch's Bessel-corrected std (divide by n - 1)
+    trl = group_advantages(rewards, AdvantageConfig(std="sample", eps=1e-4))
+    t = torch.tensor(r, dtype=torch.float64)
+    expected = ((t - t.mean()) / (t.std() + 1e-4)).tolist()
+    assert [a for a in trl if a is not None] == pytest.approx(expected, rel=1e-12)
+    assert ours[1] is None and trl[1] is None
+    assert abs(trl[0]) < abs(ours[0])  # n - 1 makes the std larger, the advantages smaller
+    with pytest.raises(ValueError, match="std must be one of population, sample"):
+        AdvantageConfig(std="bessel").validate()
