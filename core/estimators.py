@@ -40,8 +40,8 @@ from wmrl.core.debias import DebiasConfig, IsotonicDebiaser, within_group_residu
 from wmrl.core.denoise import DenoiseConfig, InverseVarianceDenoiser
 from wmrl.core.interfaces import RewardEstimator
 from wmrl.core.registry import ESTIMATORS
-from wmrl.core.validation import validate_config
 from wmrl.core.types import Estimate, Group
+from wmrl.core.validation import validate_config
 
 
 @dataclass

@@ -39,14 +39,13 @@ from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.loss import SurrogateBatch
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
-from wmrl.core.registry import WORLD_MODELS
 from wmrl.core.replay import eval_key, group_id, train_key
 from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
 from wmrl.core.store import AnchorPair, ExecutionRecord, RunStore
-from wmrl.core.validation import validate_config
 from wmrl.core.types import SPLITS, Estimate, Group, Outcome, Task, Trajectory
+from wmrl.core.validation import validate_config
 from wmrl.core.wm_runtime import WorldModelRuntime
-from wmrl.core.wm_spec import WorldModelConfig
+from wmrl.core.wm_spec import WorldModelConfig, default_config
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,7 @@ class TrainerConfig:
 def default_world_model(domain: Domain) -> WorldModelConfig | None:
     """The config of the domain's default world model, every key at its default (None: it has none)."""
     name = domain.default_world_model
-    return None if name is None else WORLD_MODELS.get(name).config_class(type=name)
+    return None if name is None else default_config(name)
 
 
 class Trainer:

@@ -57,6 +57,11 @@ def register_world_model(name: str, *, domains: tuple[str, ...] | list[str], con
     return deco
 
 
+def default_config(name: str) -> WorldModelConfig:
+    """The config of the registered world model `name`, every key at its default."""
+    return WORLD_MODELS.get(name).config_class(type=name)
+
+
 def spec_of(cfg: WorldModelConfig) -> WorldModelSpec:
     """The registered world model `cfg` configures: by `cfg.type`, or, left empty, by its config class."""
     if cfg.type:

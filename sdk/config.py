@@ -31,7 +31,7 @@ from wmrl.core.estimators import EstimatorConfig, plan_mode
 from wmrl.core.registry import DOMAINS, WORLD_MODELS
 from wmrl.core.trainer import TrainerConfig
 from wmrl.core.validation import validate_config
-from wmrl.core.wm_spec import world_models_for
+from wmrl.core.wm_spec import default_config, world_models_for
 from wmrl.registry import load_builtin_domains
 
 DEFAULT_DOMAIN = "synthetic-program"
@@ -166,7 +166,7 @@ def load_config(source: str | Path | dict | RunConfig | DictConfig | None = None
     wm_type = _world_model_type(raw, domain_name)
     wm_schema = None
     if wm_type is not None:
-        wm_schema = WORLD_MODELS.get(wm_type).config_class(type=wm_type)
+        wm_schema = default_config(wm_type)
         if not OmegaConf.select(raw, "world_model", default=None):
             raw.world_model = {}
         raw.world_model.type = wm_type
