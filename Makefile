@@ -1,23 +1,38 @@
 # Two commands do all set-up on a fresh machine with Python 3.11 and the package registries:
-#   make demo   -- the main job: WMRL post-training of the embedded code agent on AutoResearch + report
-#   make test   -- the test suite
+#   make demo      -- the main job: WMRL post-training of the embedded code agent on AutoResearch + report
+#   make test      -- the test suite
+#   make demo-vla  -- the embodied pillar: scripted demos -> LeRobotDataset -> BC of a VLA policy -> evaluation
 # torch is pinned in every install command: an unpinned torch pulls a multi-GB CUDA build.
+# torch 2.14.1 + torchvision 0.29.1 (a CUDA build that runs on the CPU) because lerobot needs torchvision,
+# which does not import beside the CPU-only 2.13.0 build.
 
 PYTHON ?= python3.11
 VENV   ?= .venv
-TORCH  ?= torch==2.13.0
+TORCH  ?= torch==2.14.1 torchvision==0.29.1
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.wmrl-installed
+# offscreen rendering for MuJoCo without a display: Mesa's EGL (software rasteriser)
+SYSPKGS := libegl1 libegl-mesa0 libgl1-mesa-dri
 
 export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE  ?= 1
+export MUJOCO_GL       ?= egl
 
-.PHONY: install demo demo-synthetic test bench results clean
+.PHONY: install sysdeps demo demo-synthetic demo-vla test bench results clean
 
-$(STAMP): pyproject.toml
+sysdeps:
+	@missing=$$(for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "make: installing system packages for offscreen rendering: $$missing (apt-get)"; \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+$(STAMP): pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH)" -e ".[dev,autoresearch]"
+	$(PY) -m pip install --quiet $(TORCH) -e ".[dev,autoresearch,vla]"
+	$(PY) -m pip install --quiet --no-deps lerobot==0.4.4
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,6 +45,10 @@ demo: $(STAMP)
 demo-synthetic: $(STAMP)
 	$(VENV)/bin/wmrl train synthetic-program
 	$(VENV)/bin/wmrl bench speedup profile=quick
+
+# collect scripted demos -> BC -> evaluate on held-out splits -> report with episode strips
+demo-vla: $(STAMP)
+	$(VENV)/bin/wmrl vla demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

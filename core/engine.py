@@ -31,13 +31,13 @@ import socket
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 
 from wmrl.core.validation import validate_config
 
-__all__ = ["EngineConfig", "Engine", "ensure_distributed"]
+__all__ = ["EngineConfig", "Engine", "ParamGroup", "ensure_distributed"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,52 @@ class EngineConfig:
             raise ValueError(f"engine.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip!r}")
         if not isinstance(self.bf16, bool):
             raise ValueError(f"engine.bf16 must be a bool, got {self.bf16!r}")
+
+
+@dataclass
+class ParamGroup:
+    """Parameters that train at ``lr_scale`` times the engine's learning rate (e.g. a vision backbone)."""
+
+    params: list[torch.nn.Parameter]
+    lr_scale: float = 1.0
+
+
+def _optimizer_groups(
+    params: list[torch.nn.Parameter], groups: Sequence[ParamGroup] | None, lr: float
+) -> list[dict[str, Any]]:
+    """Torch optimizer groups; trainable parameters no group names train at the base rate."""
+    if not groups:
+        return [{"params": params}]
+    trainable = {id(p) for p in params}
+    seen: set[int] = set()
+    out = []
+    for i, g in enumerate(groups):
+        if not (math.isfinite(g.lr_scale) and g.lr_scale > 0):
+            raise ValueError(f"param group {i}: lr_scale must be a finite number > 0, got {g.lr_scale!r}")
+        mine = [p for p in g.params if id(p) in trainable]
+        if any(id(p) in seen for p in mine):
+            raise ValueError(f"param group {i} repeats a parameter of an earlier group; each belongs to one")
+        seen.update(id(p) for p in mine)
+        if mine:
+            out.append({"params": mine, "lr": lr * g.lr_scale})
+    rest = [p for p in params if id(p) not in seen]
+    if rest:
+        out.append({"params": rest})
+    return out
+
+
+def _checked_loss(loss: torch.Tensor) -> torch.Tensor:
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        raise ValueError("Engine.step expects a scalar loss tensor")
+    if not loss.requires_grad:
+        raise ValueError("Engine.step: loss does not require grad (was it computed under no_grad?)")
+    return _check_finite(loss)
+
+
+def _check_finite(loss: torch.Tensor) -> torch.Tensor:
+    if not bool(torch.isfinite(loss.detach()).item()):
+        raise FloatingPointError(f"Engine.step: non-finite loss ({loss.item()}); update skipped, weights unchanged")
+    return loss
 
 
 def _free_port() -> int:
@@ -156,7 +202,9 @@ def _sweep(directory: Path) -> None:
 class Engine:
     """DeepSpeed-backed optimiser for one torch module (see module docstring)."""
 
-    def __init__(self, module: torch.nn.Module, cfg: EngineConfig) -> None:
+    def __init__(
+        self, module: torch.nn.Module, cfg: EngineConfig, param_groups: Sequence[ParamGroup] | None = None
+    ) -> None:
         import deepspeed
 
         validate_config(cfg)
@@ -168,7 +216,7 @@ class Engine:
         # A torch optimizer, not DeepSpeed's FusedAdam/CPUAdam: those JIT-compile
         # for ~a minute on first use and buy nothing at this scale.
         optimizer = torch.optim.AdamW(
-            params,
+            _optimizer_groups(params, param_groups, cfg.lr),
             lr=cfg.lr,
             betas=(cfg.adam_beta1, cfg.adam_beta2),
             weight_decay=cfg.weight_decay,
@@ -192,22 +240,45 @@ class Engine:
         """The wrapped torch module; call it directly for forward passes."""
         return self._ds.module
 
-    def step(self, loss: torch.Tensor) -> dict[str, float]:
-        """Backward ``loss``, clip, take one optimizer step.
+    def step(self, loss: torch.Tensor | Sequence[Callable[[], torch.Tensor]]) -> dict[str, float]:
+        """Backward the loss, clip, take one optimizer step.
 
-        Returns the pre-clip global gradient L2 norm and the learning rate used.
-        A non-finite loss raises before backward, so weights, optimizer state and
-        accumulated gradients are untouched.
+        ``loss`` is a scalar tensor, or a sequence of callables each computing one
+        micro-batch's share of it (the shares add up to the step's loss): each is
+        computed and backpropagated in turn, so only one micro-batch's graph is
+        alive at a time, and gradients accumulate to those of the sum.
+
+        Returns the pre-clip global gradient L2 norm, the learning rate of the
+        first group and the loss (the sum of the shares). A non-finite share
+        raises and drops the gradients accumulated so far, so weights, optimizer
+        state and the next step are untouched.
         """
-        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
-            raise ValueError("Engine.step expects a scalar loss tensor")
-        if not loss.requires_grad:
-            raise ValueError("Engine.step: loss does not require grad (was it computed under no_grad?)")
-        if not bool(torch.isfinite(loss.detach()).item()):
-            raise FloatingPointError(f"Engine.step: non-finite loss ({loss.item()}); update skipped, weights unchanged")
+        chunks = [lambda: loss] if isinstance(loss, torch.Tensor) else list(loss)
+        if not chunks:
+            raise ValueError("Engine.step: no loss to step on")
+        if len(chunks) > 1 and self.cfg.zero_stage in (1, 2):
+            # ZeRO-1/2 reduce each share into partition buffers that cannot be rolled back:
+            # a forward-only pass finds a non-finite share before any backward.
+            with torch.no_grad():
+                for chunk in chunks:
+                    _check_finite(chunk())
+        total = 0.0
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_DEPRECATED_COLLECTIVE, category=FutureWarning)
-            self._ds.backward(loss)
+            try:
+                for i, chunk in enumerate(chunks):
+                    # Only the last micro-batch is a boundary: ZeRO reduces and DeepSpeed steps there.
+                    self._ds.set_gradient_accumulation_boundary(i == len(chunks) - 1)
+                    # What DeepSpeedEngine.forward does first (we call the module directly):
+                    # without it ZeRO-3 overwrites the previous share's gradients instead of adding.
+                    if hasattr(self._ds.optimizer, "clear_backward_seen_flag"):
+                        self._ds.optimizer.clear_backward_seen_flag()
+                    part = _checked_loss(chunk())
+                    self._ds.backward(part)
+                    total += float(part.detach())
+            except Exception:
+                self._drop_gradients()
+                raise
             pre_norm: float | None = None
             if self._own_grad_norm:
                 # Gradients are already all-reduced by backward(); norm before DeepSpeed clips.
@@ -215,10 +286,17 @@ class Engine:
                 pre_norm = float(torch.nn.utils.get_total_norm(grads)) if grads else 0.0
             lr = float(self._ds.get_lr()[0])
             self._ds.step()
+            self._ds.set_gradient_accumulation_boundary(None)
         if pre_norm is None:
             ds_norm = self._ds.get_global_grad_norm()
             pre_norm = float("nan") if ds_norm is None else float(ds_norm)
-        return {"grad_norm": pre_norm, "lr": lr}
+        return {"grad_norm": pre_norm, "lr": lr, "loss": total}
+
+    def _drop_gradients(self) -> None:
+        self._ds.set_gradient_accumulation_boundary(None)
+        self._ds.zero_grad()
+        if self.cfg.zero_stage > 0 or self.cfg.bf16:  # ZeRO and bf16 optimizers keep their own gradient buffers
+            self._ds.optimizer.zero_grad()
 
     def save(self, directory: str | Path, tag: str, client_state: dict) -> Path:
         """Write checkpoint ``tag`` under ``directory``; returns ``directory/tag``.

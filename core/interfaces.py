@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
+from wmrl.core.engine import ParamGroup
 from wmrl.core.types import Estimate, Group, Outcome, Prediction, Task, Trajectory, Transition, sum_or_none
 
 
@@ -40,6 +41,17 @@ class Policy(ABC):
     @abstractmethod
     def log_prob(self, observations: Sequence[Any], actions: Sequence[Any]) -> torch.Tensor:
         """Differentiable log-probabilities of `actions` given `observations`, shape [n]."""
+
+    def reset(self, tasks: Sequence[Task]) -> None:
+        """Episode start for a batch of `tasks` (the rollout calls it after the environment's reset).
+
+        A policy with per-episode state (an action queue, a recurrent memory)
+        clears it here; a stateless policy needs nothing.
+        """
+
+    def param_groups(self) -> list[ParamGroup] | None:
+        """Optimizer groups with their own learning-rate scale (e.g. a slower vision backbone); None: one group."""
+        return None
 
 
 class RealEnv(ABC):

@@ -9,7 +9,8 @@ however many turns it has; excluded trajectories (no advantage) never enter.
 
 from __future__ import annotations
 
-from typing import Sequence
+from functools import partial
+from typing import Callable, Sequence
 
 import torch
 
@@ -43,8 +44,20 @@ class SurrogateBatch:
     def __len__(self) -> int:
         return len(self.actions)
 
-    def loss(self, policy: Policy, clip_eps: float) -> torch.Tensor:
-        new = policy.log_prob(self.observations, self.actions)
-        ratio = torch.exp(new - self.old_log_probs)
+    def loss(self, policy: Policy, clip_eps: float, rows: slice = slice(None)) -> torch.Tensor:
+        """The surrogate over turns `rows` (all by default); the shares of a partition add up to the whole."""
+        new = policy.log_prob(self.observations[rows], self.actions[rows])
+        ratio = torch.exp(new - self.old_log_probs[rows])
         clipped = torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps)
-        return -(self.weights * torch.minimum(ratio * self.advantages, clipped * self.advantages)).sum()
+        adv = self.advantages[rows]
+        return -(self.weights[rows] * torch.minimum(ratio * adv, clipped * adv)).sum()
+
+    def micro_batches(self, policy: Policy, clip_eps: float, size: int) -> list[Callable[[], torch.Tensor]]:
+        """The loss as shares of at most `size` turns each (0: one share), computed only when called.
+
+        One `log_prob` call per share bounds the memory of an update by `size`
+        turns: the engine backpropagates a share before it computes the next.
+        """
+        n = len(self)
+        size = size or n
+        return [partial(self.loss, policy, clip_eps, slice(i, min(i + size, n))) for i in range(0, n, size)]

@@ -55,6 +55,7 @@ def rollout(
             tr.infos.append({"status": "infra", "error": repr(exc)})
         return trajs
     times.scorer += time.perf_counter() - t0
+    policy.reset(tasks)
     alive = list(range(len(tasks)))
     for _ in range(max_turns):
         if not alive:
@@ -89,6 +90,8 @@ def rollout(
             if not tr.done:
                 still.append(i)
         alive = still
+    for i in alive:  # out of turns: a judged attempt that did not finish, not a failure of the scorer
+        trajs[i].infos[-1] = {**trajs[i].infos[-1], "status": "truncated"}
     return trajs
 
 

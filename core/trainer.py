@@ -57,6 +57,7 @@ class TrainerConfig:
     group_size: int = 8
     ppo_epochs: int = 1
     clip_eps: float = 0.2
+    micro_batch: int = 0  # turns per log_prob call in an update (bounds its memory); 0: all at once
     eval_every: int = 10  # 0: evaluate only before and after training
     eval_samples: int = 4  # real episodes per held-out task per evaluation
     eval_splits: list[str] = field(default_factory=lambda: ["test_id", "test_ood"])
@@ -67,6 +68,8 @@ class TrainerConfig:
         for name in ("steps", "groups_per_step", "group_size", "ppo_epochs", "eval_samples", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1")
+        if isinstance(self.micro_batch, bool) or not isinstance(self.micro_batch, int) or self.micro_batch < 0:
+            raise ValueError(f"trainer.micro_batch must be an integer >= 0 (0: the whole step at once), got {self.micro_batch!r}")
         if self.group_size < 2:
             raise ValueError("trainer.group_size must be >= 2: GRPO needs a group baseline")
         unknown = [s for s in self.eval_splits if s not in SPLITS]
@@ -103,7 +106,7 @@ class Trainer:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.policy = domain.make_policy(trainer.seed)
-        self.engine = Engine(self.policy.module, engine)
+        self.engine = Engine(self.policy.module, engine, self.policy.param_groups())
         self.estimator = build_estimator(estimator, anchors.fraction)
         self.env = domain.make_real_env()
         self.world_model: WorldModelRuntime | None = None
@@ -300,9 +303,7 @@ class Trainer:
             return {"loss": float("nan"), "grad_norm": float("nan"), "trained_trajectories": 0.0}
         stats: dict = {}
         for _ in range(self.cfg.ppo_epochs):
-            loss = batch.loss(self.policy, self.cfg.clip_eps)
-            stats = self.engine.step(loss)
-            stats["loss"] = float(loss.detach())
+            stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch))
         stats["trained_trajectories"] = float(batch.trajectories)
         return stats
 

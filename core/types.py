@@ -17,7 +17,8 @@ from typing import Any, Sequence
 SPLITS = ("train", "test_id", "test_ood")
 
 #: Outcome statuses of an attempt that was judged: a real outcome, good or bad.
-GRADED_STATUSES = ("ok", "error", "timeout", "oom", "invalid")
+#: `truncated`: the episode ran out of steps or turns before it ended (graded as it stands).
+GRADED_STATUSES = ("ok", "error", "timeout", "oom", "invalid", "truncated")
 #: Outcome statuses a real environment may report. `infra` is the environment's
 #: own failure: the grade is unknown, never a judgement of the attempt.
 STATUSES = (*GRADED_STATUSES, "infra")
@@ -30,11 +31,16 @@ def sum_or_none(values: Sequence[float | None]) -> float | None:
 
 @dataclass(frozen=True)
 class Task:
-    """One prompt / episode specification. `payload` is domain-specific."""
+    """One prompt / episode specification. `payload` is domain-specific.
+
+    `seed` fixes the episode's initial state where the environment draws one
+    (a simulator's object placement), so the same task replays exactly.
+    """
 
     id: str
     split: str = "train"
     payload: Any = None
+    seed: int | None = None
 
 
 @dataclass

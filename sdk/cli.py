@@ -6,6 +6,8 @@
                                           a world model's fidelity on the run's real executions
     wmrl bench NAME [key=value ...]       run a benchmark from bench/ (JSON out); NAME --help lists its options
     wmrl report RUN_DIR                   write RUN_DIR/report.md with plots
+    wmrl vla STAGE [CONFIG] [key=value ...]
+                                          the VLA pipeline: collect | bc | eval | demo (all three + report)
 
 Configuration mistakes exit with status 2 and one line that says what to fix,
 never a traceback.
@@ -49,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs=argparse.REMAINDER, help="option=value, or --help")
     p = sub.add_parser("report", help="write a run's Markdown report")
     p.add_argument("run_dir")
+    p = sub.add_parser("vla", help="VLA pipeline: scripted demos -> LeRobotDataset -> BC -> evaluation")
+    p.add_argument("stage", choices=["collect", "bc", "eval", "demo"])
+    p.add_argument("overrides", nargs="*", help="a YAML path first (optional), then key.sub=value overrides")
+    p.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.cmd == "train" and "=" in args.config and not os.path.exists(args.config):
         # `wmrl train key=value ...`: argparse hands the first override to CONFIG; it is an override
@@ -56,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         args.config = "synthetic-program"
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    from wmrl.config import ConfigError
+    from wmrl.config import ConfigError, resolve_config_path
 
     try:
         if args.cmd == "train":
@@ -91,6 +97,17 @@ def main(argv: list[str] | None = None) -> int:
             from wmrl.report import write_report
 
             print(f"report: {write_report(args.run_dir)}")
+        elif args.cmd == "vla":
+            from wmrl.registry import vla_pipeline
+
+            pipeline = vla_pipeline()
+            path = args.overrides.pop(0) if args.overrides and "=" not in args.overrides[0] else None
+            try:  # the pipeline's bad inputs (config, dataset features) are ValueErrors that say what to fix
+                cfg = pipeline.load_pipeline_config(resolve_config_path(path or "vla"), args.overrides)
+                out = pipeline.STAGES[args.stage](cfg, not args.no_progress)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            print(json.dumps({k: v for k, v in out.items() if k != "config"}, default=str))
     except (ConfigError, FileNotFoundError, KeyError) as exc:
         print(f"wmrl {args.cmd}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2

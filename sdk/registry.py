@@ -15,6 +15,7 @@ import importlib
 import sys
 from dataclasses import dataclass, is_dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 from wmrl.core.registry import BENCHMARKS, DOMAINS, ESTIMATORS
@@ -40,6 +41,14 @@ def load_builtin_domains() -> dict[str, str]:
         except ImportError as exc:
             unavailable[name] = f"domain {name!r} needs `pip install wmrl[{extra}]` ({exc})"
     return unavailable
+
+
+def vla_pipeline() -> ModuleType:
+    """The VLA pipeline module (`wmrl vla ...`); a missing extra is an ImportError that says what to install."""
+    try:
+        return importlib.import_module("wmrl.domains.vla.pipeline")
+    except ImportError as exc:
+        raise ImportError(f"`wmrl vla` needs `pip install wmrl[vla]` and `pip install --no-deps lerobot==0.4.4` ({exc})") from exc
 
 
 def register_domain(name: str):

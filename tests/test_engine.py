@@ -271,3 +271,74 @@ def test_ensure_distributed_idempotent() -> None:
     ensure_distributed()
     assert torch.distributed.is_initialized()
     assert torch.distributed.get_world_size() >= 1
+
+
+def shares(module: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], size: int, bad_at: int | None = None):
+    """The batch's mean-squared error as micro-batch shares that add up to `loss_fn`."""
+    x, y = batch
+    n = len(x)
+
+    def share(i: int) -> torch.Tensor:
+        part = torch.nn.functional.mse_loss(module(x[i : i + size]), y[i : i + size], reduction="sum") / y.numel()
+        return part * float("nan") if bad_at == i else part
+
+    return [lambda i=i: share(i) for i in range(0, n, size)]
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_micro_batched_step_equals_whole_batch(stage: int) -> None:
+    cfg = EngineConfig(zero_stage=stage, lr=LR, weight_decay=WD, grad_clip=1.0)
+    module = make_mlp(11)
+    ref = copy.deepcopy(module)
+    ref_opt = manual_opt(ref, cfg)
+    engine = Engine(module, cfg)
+    for i in range(3):
+        batch = make_batch(20 + i)
+        expected = float(loss_fn(ref, batch))
+        out = engine.step(shares(engine.module, batch, size=4))  # shares of 4 and 2 rows
+        norm = manual_step(ref, ref_opt, batch, clip=cfg.grad_clip)
+        assert out["loss"] == pytest.approx(expected, rel=1e-5)
+        assert out["grad_norm"] == pytest.approx(norm, rel=1e-5)
+    assert_same(weights(engine), weights(ref))
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_nonfinite_share_drops_accumulated_gradients(stage: int) -> None:
+    cfg = EngineConfig(zero_stage=stage, lr=LR)
+    module = make_mlp(12)
+    ref = copy.deepcopy(module)
+    ref_opt = manual_opt(ref, cfg)
+    engine = Engine(module, cfg)
+    before = weights(engine)
+    batch = make_batch(30)
+    with pytest.raises(FloatingPointError, match="non-finite loss"):
+        engine.step(shares(engine.module, batch, size=2, bad_at=4))  # the third share, after two backwards
+    assert_same(weights(engine), before, atol=0)
+    engine.step(shares(engine.module, batch, size=3))
+    manual_step(ref, ref_opt, batch, clip=cfg.grad_clip)
+    assert_same(weights(engine), weights(ref))
+
+
+def test_param_groups_train_at_their_own_rate() -> None:
+    from wmrl.core.engine import ParamGroup
+
+    cfg = EngineConfig(lr=LR, grad_clip=0.0)
+    module = make_mlp(13)
+    ref = copy.deepcopy(module)
+    slow, fast = list(module[0].parameters()), list(module[2].parameters())
+    engine = Engine(module, cfg, [ParamGroup(slow, lr_scale=0.1)])
+    ref_opt = torch.optim.AdamW(
+        [{"params": list(ref[0].parameters()), "lr": LR * 0.1}, {"params": list(ref[2].parameters())}],
+        lr=LR, betas=(cfg.adam_beta1, cfg.adam_beta2), weight_decay=cfg.weight_decay,
+    )
+    batch = make_batch(40)
+    out = engine.step(loss_fn(engine.module, batch))
+    manual_step(ref, ref_opt, batch, clip=0.0)
+    assert out["lr"] == pytest.approx(LR * 0.1)
+    assert_same(weights(engine), weights(ref))
+    assert len(fast) == 2
+    with pytest.raises(ValueError, match="lr_scale"):
+        Engine(make_mlp(14), cfg, [ParamGroup(list(make_mlp(14).parameters()), lr_scale=0.0)])
+    dup = make_mlp(15)
+    with pytest.raises(ValueError, match="repeats a parameter"):
+        Engine(dup, cfg, [ParamGroup(list(dup[0].parameters())), ParamGroup(list(dup[0].parameters()))])

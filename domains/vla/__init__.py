@@ -1,0 +1,1 @@
+"""The embodied domain: robosuite manipulation tasks with language, lerobot datasets, VLA policies."""

@@ -1,0 +1,1 @@
+"""VLA policies in lerobot's layout (a configuration / modeling pair) and their wmrl.Policy adapters."""
