@@ -27,7 +27,8 @@ __all__ = ["BenchmarkSpec", "load_builtin_domains", "register_benchmark", "regis
 #: modules whose import registers a built-in domain
 BUILTIN_DOMAINS = ("wmrl.domains.synthetic.program", "wmrl.domains.synthetic.control")
 #: domains whose dependencies are an extra: name -> (module, extra)
-OPTIONAL_DOMAINS = {"autoresearch": ("wmrl.domains.autoresearch.domain", "autoresearch")}
+OPTIONAL_DOMAINS = {"autoresearch": ("wmrl.domains.autoresearch.domain", "autoresearch"),
+                    "vla": ("wmrl.domains.vla.domain", "vla")}
 
 
 def load_builtin_domains() -> dict[str, str]:

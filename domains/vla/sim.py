@@ -26,6 +26,7 @@ kept and restored, so a later plain task sees the default scene.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 
@@ -35,6 +36,11 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 logging.getLogger("robosuite_logs").addFilter(lambda record: record.levelno >= logging.ERROR)
 
 from dataclasses import dataclass  # noqa: E402
+
+try:  # measured: triton (which DeepSpeed imports) segfaults when first imported after an EGL context exists
+    importlib.import_module("triton")
+except ImportError:
+    pass
 
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
