@@ -34,16 +34,16 @@ _CHECKPOINTS = "checkpoints"
 
 @dataclass
 class BCConfig:
-    steps: int = 600
+    steps: int = 2400
     batch_size: int = 32
     lr: float = 1e-3
     vision_lr_scale: float = 1.0  # learning rate of the vision encoder, relative to `lr`
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     zero_stage: int = 0
-    val_episodes: int = 2  # whole episodes held out for the validation loss
-    eval_every: int = 100  # updates between validation losses
-    checkpoint_every: int = 200
+    val_episodes: int = 3  # whole episodes held out for the validation loss
+    eval_every: int = 400  # updates between validation losses
+    checkpoint_every: int = 800
     seed: int = 0
 
     def validate(self) -> None:

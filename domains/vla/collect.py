@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class CollectConfig:
-    episodes_per_family: int = 12
+    episodes_per_family: int = 16
     #: attempts per family at most, as a multiple of the quota (scripted grasps sometimes slip)
     max_attempts_factor: int = 3
     noise: float = 0.1
