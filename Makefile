@@ -11,8 +11,9 @@ VENV   ?= .venv
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.wmrl-installed
-# offscreen rendering for MuJoCo without a display: Mesa's EGL (software rasteriser)
-SYSPKGS := libegl1 libegl-mesa0 libgl1-mesa-dri
+# offscreen rendering for MuJoCo without a display: Mesa's EGL (software rasteriser);
+# ffmpeg's shared libraries for torchcodec, which decodes video LeRobotDatasets (most Hub datasets)
+SYSPKGS := libegl1 libegl-mesa0 libgl1-mesa-dri ffmpeg
 
 export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE  ?= 1
@@ -23,9 +24,9 @@ export MUJOCO_GL       ?= egl
 sysdeps:
 	@missing=$$(for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
-	  echo "make: installing system packages for offscreen rendering: $$missing (apt-get)"; \
+	  echo "make: installing system packages for offscreen rendering and video decoding: $$missing (apt-get)"; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
-	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 $(STAMP): pyproject.toml | sysdeps

@@ -14,6 +14,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from pathlib import Path
+
+from wmrl.core.archive import EpisodeArchive, PickleArchive
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
 from wmrl.core.types import SPLITS, Task, Trajectory
 from wmrl.core.wm_spec import spec_of
@@ -43,6 +46,10 @@ class Domain(ABC):
 
     @abstractmethod
     def make_real_env(self) -> RealEnv: ...
+
+    def make_archive(self, run_dir: Path) -> EpisodeArchive:
+        """Where real episodes' observations are kept (`core/archive.py`); by default pickled into the store."""
+        return PickleArchive(run_dir)
 
     def make_world_model(self, cfg: Any) -> WorldModel:
         """The world model `cfg` configures, built by its registered factory from this domain and `cfg`."""

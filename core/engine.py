@@ -234,6 +234,8 @@ class Engine:
         # report a grad norm; every other path exposes DeepSpeed's own.
         self._own_grad_norm = cfg.zero_stage == 0 and not cfg.bf16
         self._trainable = params
+        # frozen weights (a LoRA base) come from the module's own source at every start: checkpoints skip them
+        self._frozen = any(not p.requires_grad for p in module.parameters())
 
     @property
     def module(self) -> torch.nn.Module:
@@ -316,7 +318,8 @@ class Engine:
             _sweep(directory)  # leftovers of crashed saves
         torch.distributed.barrier()
         self._ds.save_checkpoint(
-            str(directory), tag=staging, client_state={_CLIENT_KEY: client_state}, save_latest=False
+            str(directory), tag=staging, client_state={_CLIENT_KEY: client_state}, save_latest=False,
+            exclude_frozen_parameters=self._frozen,
         )
         # save_checkpoint ends with a barrier: every rank's shards are on disk now.
         if is_rank0:
@@ -358,7 +361,8 @@ class Engine:
             else:
                 raise FileNotFoundError(f"no checkpoint {tag!r} in {directory}")
         path, client = self._ds.load_checkpoint(
-            str(directory), tag=on_disk, load_optimizer_states=True, load_lr_scheduler_states=True
+            str(directory), tag=on_disk, load_optimizer_states=True, load_lr_scheduler_states=True,
+            load_module_strict=not self._frozen,  # a checkpoint without the frozen weights lacks their keys
         )
         if path is None:
             raise RuntimeError(f"DeepSpeed failed to load checkpoint {tag!r} from {directory}")

@@ -53,6 +53,10 @@ class Policy(ABC):
         """Optimizer groups with their own learning-rate scale (e.g. a slower vision backbone); None: one group."""
         return None
 
+    def save_pretrained(self, path: str) -> None:
+        """Write the policy as its framework's standard model folder (what `wmrl export` writes)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot export itself: implement save_pretrained(path)")
+
 
 class RealEnv(ABC):
     """The trusted, expensive scorer (a sandbox, a simulator, a robot).

@@ -10,11 +10,11 @@ defined here once and parsed back here.
 
 from __future__ import annotations
 
-import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from wmrl.core.archive import load_trajectories
 from wmrl.core.store import RunStore
 from wmrl.core.types import Trajectory
 
@@ -32,6 +32,11 @@ def train_key(group: str, member: int) -> str:
 
 def eval_key(step: int, split: str, task_id: str, sample: int) -> str:
     return f"{EVAL_PREFIX}{step}/{split}/{task_id}/{sample}"
+
+
+def batch_name(first_key: str) -> str:
+    """A file-name-safe name for a batch of executions, from its first key (keys are unique in a run)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", first_key)
 
 
 @dataclass
@@ -58,7 +63,7 @@ def read_trajectories(store: RunStore | str | Path, run_id: str | None = None, *
     finally:
         if own:
             db.close()
-    out = []
+    kept, where = [], []
     for rec in records:
         if rec.reward is None:
             continue
@@ -70,8 +75,7 @@ def read_trajectories(store: RunStore | str | Path, run_id: str | None = None, *
             step, group = int(step_s), f"{EVAL_PREFIX}{step_s}/{split}/{rest.rsplit('/', 1)[0]}"
         else:
             continue
-        traj = pickle.loads(rec.payload)
-        if not isinstance(traj, Trajectory):
-            raise ValueError(f"store record {rec.key!r} does not hold a Trajectory; is this a wmrl run store?")
-        out.append(StoredTrajectory(step, group, split, traj))
-    return out
+        kept.append(rec)
+        where.append((step, group, split))
+    trajs = load_trajectories([r.payload for r in kept], db.path.parent, names=[r.key for r in kept])
+    return [StoredTrajectory(step, group, split, traj) for (step, group, split), traj in zip(where, trajs)]

@@ -11,7 +11,8 @@ One step, in the order the method prescribes (DESIGN section 3):
 Real executions are the expensive, irreplaceable data: each batch is committed to
 the run store as soon as the environment returns it, keyed by its position in the
 run (step, group, member), and a resumed run looks every key up before executing
-anything. Resume restores the last checkpoint (weights, optimizer, the trainer's
+anything. A domain with bulky observations archives them first in its own format
+(`Domain.make_archive`, `core/archive.py`), and the store keeps references. Resume restores the last checkpoint (weights, optimizer, the trainer's
 generator, estimator and world-model state), so the re-played steps draw the
 same anchors and reuse what was stored. Randomness comes only from seeded
 generators (the one passed to `Policy.act`, and each component's own): the
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +33,14 @@ import numpy as np
 import torch
 
 from wmrl.core.anchors import AnchorConfig, AnchorScheduler
+from wmrl.core.archive import load_trajectories, referenced
 from wmrl.core.domain import Domain
 from wmrl.core.engine import Engine, EngineConfig
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.loss import SurrogateBatch
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
-from wmrl.core.replay import eval_key, group_id, train_key
+from wmrl.core.replay import batch_name, eval_key, group_id, train_key
 from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
 from wmrl.core.store import AnchorPair, ExecutionRecord, RunStore
 from wmrl.core.types import SPLITS, Estimate, Group, Outcome, Task, Trajectory
@@ -117,6 +118,10 @@ class Trainer:
             self.world_model = WorldModelRuntime(domain.make_world_model(wm_cfg), wm_cfg.runtime)
         self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction)
         self.store = RunStore(self.dir / "store.sqlite")
+        self.archive = domain.make_archive(self.dir)
+        if self.archive.writes_files:  # what a crash left between archive and store goes first
+            for location in self.archive.recover(referenced(r.payload for r in self.store.executions(run_id))):
+                log.warning("removed %s: archived by a run that crashed before storing it", location)
         self.generator = torch.Generator().manual_seed(trainer.seed)
         self.train_tasks = domain.tasks("train")
         if not self.train_tasks:
@@ -177,23 +182,24 @@ class Trainer:
             self.policy, self.env, [tasks[i] for i in todo], source="real",
             max_turns=self.domain.max_turns, generator=generator, greedy=greedy, times=times,
         )
-        records = []
-        for i, traj in zip(todo, fresh):
+        for traj in fresh:
             traj.real = self._outcome(traj)
-            records.append(
-                ExecutionRecord(
-                    key=keys[i], run_id=self.run_id, step=step, task_id=traj.task.id,
-                    status=traj.real.status, reward=traj.real.reward, payload=pickle.dumps(traj),
-                    info={"turns": traj.turns},
-                )
+        # archive first, store second: a crash between them leaves only unreferenced archive data
+        payloads = self.archive.write(batch_name(keys[todo[0]]), fresh) if fresh else []
+        self.store.put_executions([
+            ExecutionRecord(
+                key=keys[i], run_id=self.run_id, step=step, task_id=traj.task.id,
+                status=traj.real.status, reward=traj.real.reward, payload=payload, info={"turns": traj.turns},
             )
-        self.store.put_executions(records)
+            for i, traj, payload in zip(todo, fresh, payloads)
+        ])
         out: list[Trajectory] = [None] * len(keys)  # type: ignore[list-item]
         for i, traj in zip(todo, fresh):
             out[i] = traj
-        for i, k in enumerate(keys):
-            if out[i] is None:
-                out[i] = pickle.loads(stored[k].payload)
+        done = [i for i, k in enumerate(keys) if out[i] is None]
+        for i, traj in zip(done, load_trajectories([stored[keys[i]].payload for i in done], self.dir,
+                                                   names=[keys[i] for i in done])):
+            out[i] = traj
         return out, times, len(todo)
 
     def _outcome(self, traj: Trajectory) -> Outcome:

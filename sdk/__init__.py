@@ -2,7 +2,7 @@
 
 The public surface a downstream project builds on (everything else may move):
 
-- running: `train`, `evaluate`, `build_trainer`, `Trainer`, `TrainResult`;
+- running: `train`, `evaluate`, `export`, `build_trainer`, `Trainer`, `TrainResult`;
 - configuring: `load_config`, `RunConfig`, `ConfigError`, `WorldModelConfig`
   (base of every `world_model:` section), `RuntimeConfig` (its `runtime:`);
 - extending: `Domain`, the four interfaces `Policy`, `RealEnv`, `WorldModel`,
@@ -12,7 +12,7 @@ The public surface a downstream project builds on (everything else may move):
   `Prediction`, `Group`, `Estimate`, `SPLITS`, `STATUSES`, and `StepObserver`.
 """
 
-from wmrl.api import TrainResult, build_trainer, evaluate, train
+from wmrl.api import TrainResult, build_trainer, evaluate, export, train
 from wmrl.config import ConfigError, RunConfig, load_config
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, RewardEstimator, WorldModel
@@ -26,6 +26,6 @@ from wmrl.registry import register_benchmark, register_domain, register_estimato
 __all__ = [
     "SPLITS", "STATUSES", "ConfigError", "Domain", "Estimate", "Group", "Outcome", "Policy", "Prediction", "RealEnv",
     "RewardEstimator", "RunConfig", "RuntimeConfig", "StepObserver", "Task", "TrainResult", "Trainer", "Trajectory",
-    "Transition", "WorldModel", "WorldModelConfig", "build_trainer", "evaluate", "load_config", "register_benchmark",
+    "Transition", "WorldModel", "WorldModelConfig", "build_trainer", "evaluate", "export", "load_config", "register_benchmark",
     "register_domain", "register_estimator", "register_world_model", "train",
 ]

@@ -1,4 +1,4 @@
-"""The Python API: `wmrl.train(cfg)` and `wmrl.evaluate(run_dir)`.
+"""The Python API: `wmrl.train(cfg)`, `wmrl.evaluate(run_dir)` and `wmrl.export(run_dir, out)`.
 
 Both take what the CLI takes (a config path or shipped name, a mapping, or a
 RunConfig, plus dotlist overrides), so a notebook and a shell run the same job.
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from wmrl.config import ConfigError, RunConfig, load_config, load_run_config, to_yaml
+from wmrl.core.engine import Engine
 from wmrl.core.registry import DOMAINS
 from wmrl.core.trainer import Trainer
 
@@ -78,11 +79,37 @@ def train(cfg: Any = None, overrides: Sequence[str] = (), *, progress: bool = Fa
     return TrainResult(run_dir, history, cfg)
 
 
+def _resumed(run_dir: str | Path) -> Trainer:
+    """The trainer of the run in `run_dir` (wherever it now lies), restored from its latest checkpoint."""
+    cfg = load_run_config(run_dir)
+    cfg.run_dir = str(run_dir)  # the saved run_dir is where it was trained, maybe relative to another cwd
+    return build_trainer(cfg)
+
+
 def evaluate(run_dir: str | Path, splits: Sequence[str] | None = None) -> dict[str, float]:
     """Real held-out reward of a run's latest checkpoint."""
     cfg = load_run_config(run_dir)
-    trainer = build_trainer(cfg)
+    trainer = _resumed(run_dir)
     try:
         return {s: trainer.evaluate(s)["reward"] for s in (splits or cfg.trainer.eval_splits)}
     finally:
         trainer.close()
+
+
+def export(run_dir: str | Path, out: str | Path) -> Path:
+    """Write the policy of a run's latest checkpoint as a standard model folder (`from_pretrained` loads it).
+
+    A causal-LM policy becomes a Hugging Face model directory with its tokenizer,
+    LoRA adapters merged into the weights; a VLA policy a lerobot policy folder.
+    """
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out} exists and is not empty; export into a new folder")
+    if Engine.latest_tag(Path(run_dir) / "checkpoints") is None:
+        raise ConfigError(f"{run_dir} has no checkpoint yet: train it first (`wmrl train ... run_dir={run_dir}`)")
+    trainer = _resumed(run_dir)
+    try:
+        trainer.policy.save_pretrained(str(out))
+    finally:
+        trainer.close()
+    return out

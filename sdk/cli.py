@@ -2,6 +2,7 @@
 
     wmrl train [CONFIG] [key=value ...]   train (or resume) a run; CONFIG is a YAML path or a shipped name
     wmrl eval RUN_DIR [--split S ...]     real held-out reward of a run's latest checkpoint
+    wmrl export RUN_DIR OUT               the trained policy as a standard model folder (from_pretrained loads it)
     wmrl eval-wm RUN_DIR [--world-model NAME] [--warmup N]
                                           a world model's fidelity on the run's real executions
     wmrl bench NAME [key=value ...]       run a benchmark from bench/ (JSON out); NAME --help lists its options
@@ -41,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("eval", help="evaluate a run's latest checkpoint on held-out tasks")
     p.add_argument("run_dir")
     p.add_argument("--split", action="append", dest="splits")
+    p = sub.add_parser("export", help="write a run's trained policy as a standard model folder")
+    p.add_argument("run_dir")
+    p.add_argument("out")
     p = sub.add_parser("eval-wm", help="measure a world model against a run's real executions")
     p.add_argument("run_dir")
     p.add_argument("--world-model", default=None, help="a world model the run's domain offers (default: the run's)")
@@ -77,6 +81,13 @@ def main(argv: list[str] | None = None) -> int:
             from wmrl.api import evaluate
 
             print(json.dumps(evaluate(args.run_dir, args.splits)))
+        elif args.cmd == "export":
+            from wmrl.api import export
+
+            try:  # a policy that cannot export says so in a NotImplementedError
+                print(f"exported: {export(args.run_dir, args.out)}")
+            except NotImplementedError as exc:
+                raise ConfigError(str(exc)) from None
         elif args.cmd == "eval-wm":
             from wmrl.wm_eval import evaluate_world_model
 

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "architecture.md"
-PACKAGES = ("core", "world_models", "domains", "sdk", "bench")
+PACKAGES = ("core", "lm", "world_models", "domains", "sdk", "bench")
 SANDBOX = "domains/autoresearch/sandbox/"
 
 
@@ -29,7 +29,7 @@ def layer(module: str) -> str:
     """The layer of a dotted wmrl module name, or of a repository path."""
     parts = module.replace("/", ".").removesuffix(".py").split(".")
     if parts[0] == "wmrl":
-        parts = parts[1:] if parts[1:2] and parts[1] in ("core", "world_models", "domains", "bench") else ["sdk"]
+        parts = parts[1:] if parts[1:2] and parts[1] in ("core", "lm", "world_models", "domains", "bench") else ["sdk"]
     if parts[0] == "domains" and len(parts) > 1:
         return "sandbox" if parts[1:3] == ["autoresearch", "sandbox"] else f"domains.{parts[1]}"
     return parts[0]
@@ -48,12 +48,14 @@ def wmrl_imports(path: Path) -> list[str]:
 def allowed(src: str, dst: str, path: str) -> bool:
     if src == "core":
         return dst == "core"
+    if src == "lm":
+        return dst in ("core", "lm")
     if src == "world_models":
-        return dst in ("core", "world_models")
+        return dst in ("core", "lm", "world_models")
     if src == "sandbox":
         return dst == "sandbox"
     if src.startswith("domains."):
-        return dst in ("core", "world_models", src) or (src == "domains.autoresearch" and dst == "sandbox")
+        return dst in ("core", "lm", "world_models", src) or (src == "domains.autoresearch" and dst == "sandbox")
     if src == "sdk":  # domains only through the registries; benchmarks only from the command that runs them
         return not dst.startswith("domains") and (dst != "bench" or path == "sdk/cli.py")
     return True  # bench sits on top
@@ -77,6 +79,7 @@ def test_imports_go_the_way_the_map_says(path):
 def test_the_layer_rule_itself_refuses_the_imports_it_should():
     assert not allowed("core", "sdk", "core/x.py") and not allowed("core", "domains.synthetic", "core/x.py")
     assert not allowed("world_models", "domains.autoresearch", "world_models/x.py")
+    assert not allowed("lm", "world_models", "lm/x.py") and not allowed("core", "lm", "core/x.py")
     assert not allowed("domains.synthetic", "domains.autoresearch", "domains/synthetic/x.py")
     assert not allowed("sandbox", "core", SANDBOX + "x.py")
     assert not allowed("sdk", "bench", "sdk/api.py") and allowed("sdk", "bench", "sdk/cli.py")

@@ -129,6 +129,32 @@ def test_eval_prints_heldout_rewards(run):
     assert all(isinstance(v, float) for v in out[0].values())
 
 
+def test_eval_of_a_moved_run_evaluates_it_where_it_lies(run, tmp_path):
+    import shutil
+
+    run_dir, _ = run
+    moved = tmp_path / "moved"
+    shutil.copytree(run_dir, moved)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    proc = wmrl("eval", str(moved), cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert not (elsewhere / "runs").exists() and not (run_dir.parent / "runs").exists()
+
+
+def test_export_errors_are_one_line(run, tmp_path):
+    run_dir, _ = run
+    proc = wmrl("export", str(run_dir), str(tmp_path / "out"), cwd=tmp_path)
+    # found once the run is loaded, after DeepSpeed's import may have warned: the last line, no traceback
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("wmrl export: error: ProgramPolicy cannot export itself")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "config.yaml").write_text((run_dir / "config.yaml").read_text())
+    line = assert_one_error_line(wmrl("export", str(fresh), str(tmp_path / "out2"), cwd=tmp_path), "export")
+    assert "no checkpoint yet" in line
+
+
 def test_report_rewrites_report(run):
     run_dir, _ = run
     for name in ("report.md", *PLOTS):

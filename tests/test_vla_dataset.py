@@ -114,3 +114,25 @@ def test_a_wrong_dtype_is_named(tmp_path):
 def test_a_dataset_that_is_not_there_is_not_fetched(tmp_path):
     with pytest.raises(FileNotFoundError, match="no LeRobotDataset"):
         load_dataset(tmp_path / "nothing-here")
+
+
+def test_a_video_dataset_is_written_and_decoded_as_hub_datasets_are(tmp_path):
+    # most Hub datasets store cameras as AV1 video: lossy, so frames come back close, not equal
+    yy, xx = np.mgrid[0:64, 0:64]
+    frames = [{"image": np.stack([(xx * 3 + 4 * t) % 256, (yy * 3) % 256, np.full((64, 64), 40 + 8 * t)], -1)
+               .astype(np.uint8), "state": np.full(9, t, np.float32), "action": np.full(7, t / 10, np.float32),
+               "instruction": "lift the cube"} for t in range(12)]
+    ds = create_dataset(tmp_path / "vid", "local/vid", use_videos=True)
+    record_episode(ds, frames)
+    ds.finalize()
+    assert list((tmp_path / "vid" / "videos").rglob("*.mp4"))
+    cfg = WmrlVLAConfig(chunk_size=4, n_action_steps=4, device="cpu")
+    loaded = load_dataset(tmp_path / "vid", cfg)
+    assert loaded.meta.features[IMAGE_KEY]["dtype"] == "video"
+    samples = chunk_samples(loaded)
+    images = (samples[IMAGE_KEY].permute(0, 2, 3, 1) * 255).numpy()
+    err = np.abs(images - np.stack([f["image"] for f in frames]).astype(np.float32))
+    print(f"\nAV1 round trip: mean abs error {err.mean():.2f}, p99 {np.percentile(err, 99):.1f} (of 255)")
+    assert images.shape == (12, 64, 64, 3) and err.mean() < 4 and np.percentile(err, 99) < 16
+    np.testing.assert_array_equal(samples[STATE_KEY][:, 0].numpy(), np.arange(12, dtype=np.float32))
+    np.testing.assert_allclose(samples["action"][10].numpy(), [[1.0] * 7, [1.1] * 7, [1.1] * 7, [1.1] * 7], atol=1e-6)

@@ -1,5 +1,7 @@
 """`wmrl train vla-rl`: real-simulator GRPO from a saved VLA policy, durable across a SIGKILL; no world model yet.
 
+Real episodes land in LeRobotDatasets under RUN_DIR/experience, the store keeping references.
+
 Real MuJoCo episodes and a real lerobot-layout policy, nothing mocked. The policy
 is behaviour-cloned for a few seconds on a LeRobotDataset of two scripted lift demos:
 enough that sampled chunks sometimes lift the cube on those training scenes, so GRPO
@@ -29,10 +31,13 @@ pytest.importorskip("lerobot")
 import torch  # noqa: E402
 
 from wmrl.api import build_trainer  # noqa: E402
-from wmrl.config import ConfigError, load_config  # noqa: E402
+from wmrl.config import ConfigError, load_config, to_yaml  # noqa: E402
+from wmrl.core.archive import referenced  # noqa: E402
 from wmrl.core.metrics import read_jsonl  # noqa: E402
+from wmrl.core.replay import read_trajectories  # noqa: E402
+from wmrl.core.store import RunStore  # noqa: E402
 
-STEPS, GROUPS, G = 3, 2, 2
+STEPS, GROUPS, G = 3, 2, 4  # groups of 4: on a borderline scene some group then sees both grades
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +77,11 @@ def _grades(db):
         return dict(c.execute("SELECT key, reward FROM executions").fetchall())
 
 
+def _experience(run_dir):
+    """The experience datasets on disk, as the store names them (temporary folders included)."""
+    return {f"experience/{p.name}" for p in (run_dir / "experience").iterdir()}
+
+
 def _train_keys(keys):
     return {k for k in keys if not k.startswith("eval/")}
 
@@ -80,7 +90,9 @@ def _train_keys(keys):
 def straight(policy_dir, tmp_path_factory):
     """An uninterrupted run: the reference for the kill test, and the training check itself."""
     run_dir = tmp_path_factory.mktemp("vla-straight")
-    trainer = build_trainer(load_config("vla-rl", _overrides(policy_dir, run_dir)))
+    cfg = load_config("vla-rl", _overrides(policy_dir, run_dir))
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))  # what `wmrl train` saves: `export` reads it
+    trainer = build_trainer(cfg)
     before = [p.detach().clone() for p in trainer.policy.module.parameters()]
     try:
         trainer.train()
@@ -108,6 +120,13 @@ def test_real_grpo_trains_and_stores_every_real_episode(straight):
                 for s in range(1, STEPS + 1) for g in range(GROUPS))
     moved = any(not torch.equal(a, b) for a, b in zip(before, after))
     turns = sum(r.info["turns"] for r in records)
+    # the frames are in the run's LeRobotDatasets, the store holds references (a frame alone is 12 kB)
+    assert sum(len(r.payload) for r in records) / turns < 1_000
+    assert _experience(run_dir) == referenced(r.payload for r in records)
+    back = read_trajectories(run_dir / "store.sqlite")
+    assert len(back) == len(train) and all(
+        len(b.trajectory.observations) == b.trajectory.turns and b.trajectory.observations[0]["image"].shape == (64, 64, 3)
+        for b in back)
     print(f"\nstore: {len(records)} real episodes, {sum(len(r.payload) for r in records) / len(records) / 1e3:.1f} kB "
           f"per episode, {sum(len(r.payload) for r in records) / turns / 1e3:.1f} kB per turn; "
           f"{(run_dir / 'store.sqlite').stat().st_size / 1e3:.0f} kB file; successes "
@@ -148,8 +167,21 @@ def test_killed_run_resumes_with_the_same_store_as_an_uninterrupted_one(policy_d
     assert _grades(run_dir / "store.sqlite") == _grades(ref_dir / "store.sqlite")  # the same episodes, replayed exactly
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+    # the batch the kill cut off was archived again under its own name; nothing unreferenced is left
+    with RunStore(run_dir / "store.sqlite") as store:
+        assert _experience(run_dir) == referenced(r.payload for r in store.executions()) == _experience(ref_dir)
     print(f"\nkill test: killed run stored {len(killed_keys)} episodes ({sorted(killed_keys)}); resumed run executed "
           f"{len(set(keys) - set(killed_keys))} more; total {len(keys)} = uninterrupted {len(ref)}")
+
+
+def test_the_trained_policy_exports_as_a_lerobot_policy_folder(straight, tmp_path):
+    from wmrl.api import export
+    from wmrl.domains.vla.policy.modeling_wmrl_vla import WmrlVLAPolicy
+
+    run_dir, before, after, _ = straight
+    loaded = WmrlVLAPolicy.from_pretrained(str(export(run_dir, tmp_path / "exported")))
+    got = [p.detach() for p in loaded.parameters()]
+    assert len(got) == len(after) and all(torch.equal(a, b) for a, b in zip(after, got))  # the last checkpoint
 
 
 def test_wm_modes_are_a_one_line_error_naming_the_missing_world_model(policy_dir, tmp_path):

@@ -11,8 +11,8 @@ and the answer is parsed strictly (`parse_outcome`). Why text and not a
 regression head: the same backbone that writes the code can read it, and the
 `log` field gives multi-turn agents a simulated observation for free.
 
-Uncertainty comes from sampling: K replies per prompt (seeded, so a run is
-reproducible) give K scores -> mean and variance. A reply whose status is not
+Uncertainty comes from sampling: K replies per prompt (the LM toolkit's `sample`
+with a generator seeded per call, so a run is reproducible) give K scores -> mean and variance. A reply whose status is not
 `ok` scores the domain's failure score (0 by default): a predicted crash is a
 confident prediction of a bad outcome. A reply that does not parse is no
 prediction at all; when fewer than `min_parsed` of the K parse, the grade is
@@ -42,6 +42,9 @@ import numpy as np
 import torch
 
 from wmrl.core.types import GRADED_STATUSES, Prediction
+from wmrl.lm.batch import sft_batch
+from wmrl.lm.sampling import SamplingParams, sample
+from wmrl.lm.tokens import decode, encode_prompt, encode_reply, prompt_budget, special_tokens
 
 #: the variance of a uniform score on [0, 1]: what a single parsed sample says about the spread
 _PRIOR_VAR = 1.0 / 12.0
@@ -198,22 +201,11 @@ class LLMOutcomePredictor:
             self.module = copy.deepcopy(model) if copy_model else model
         self.module.requires_grad_(True)
         self.module.eval()
-        eos = self.tokenizer.eos_token_id
-        if eos is None:
-            eos = getattr(self.module.config, "eos_token_id", None)
-            eos = eos[0] if isinstance(eos, (list, tuple)) else eos
-        if eos is None:
-            raise ValueError("the world model's tokenizer has no EOS token: replies could never end")
-        self.eos_id = int(eos)
-        pad = self.tokenizer.pad_token_id
-        self.pad_id = int(pad) if pad is not None else self.eos_id
-        context = getattr(self.module.config, "max_position_embeddings", None)
+        self.tokens = special_tokens(self.tokenizer, self.module, who="the world model")
+        self.eos_id, self.pad_id = self.tokens.eos_id, self.tokens.pad_id
         self.max_new_tokens = int(max_new_tokens)
-        self.max_prompt_tokens = int(max_prompt_tokens)
-        if context is not None:
-            self.max_prompt_tokens = min(self.max_prompt_tokens, int(context) - self.max_new_tokens)
-        if self.max_prompt_tokens < 8:
-            raise ValueError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in a {context}-token context")
+        self.max_prompt_tokens = prompt_budget(self.tokens.context, max_prompt_tokens, self.max_new_tokens)
+        self.params = SamplingParams(self.max_new_tokens, float(temperature), self.tokens.stop_ids)
         self.samples, self.min_parsed = int(samples), min_parsed
         self.temperature, self.failure_score, self.var_floor = float(temperature), float(failure_score), float(var_floor)
         self.lr, self.fit_steps, self.fit_seconds = float(lr), int(fit_steps), float(fit_seconds)
@@ -228,15 +220,11 @@ class LLMOutcomePredictor:
     # ------------------------------------------------------------------ tokenisation
 
     def _prompt_ids(self, text: str) -> list[int]:
-        ids = list(self.tokenizer(text, add_special_tokens=True)["input_ids"]) or [self.eos_id]
-        if len(ids) <= self.max_prompt_tokens:
-            return ids
-        # cut the middle: the head holds the task, the tail the latest content and the answer cue
-        head = self.max_prompt_tokens // 2
-        return ids[:head] + ids[len(ids) - (self.max_prompt_tokens - head):]
+        # an over-long prompt loses its middle: the head holds the task, the tail the latest content and the cue
+        return encode_prompt(self.tokenizer, text, self.max_prompt_tokens)
 
     def _target_ids(self, text: str) -> list[int]:
-        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"]) + [self.eos_id]
+        return encode_reply(self.tokenizer, text, self.eos_id)
 
     def _device(self) -> torch.device:
         return next(self.module.parameters()).device
@@ -278,40 +266,16 @@ class LLMOutcomePredictor:
 
     def _generate(self, prompts: list[str]) -> list[str]:
         """K replies per prompt (prompt-major order), sampled under a per-call seed."""
-        from transformers import GenerationConfig
-
         if not prompts:
             return []
-        device = self._device()
-        seqs = [self._prompt_ids(p) for p in prompts]
-        length = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), length), dtype=torch.long)
-        for r, s in enumerate(seqs):  # left padding: every row's last token is its own
-            ids[r, length - len(s):] = torch.as_tensor(s)
-            mask[r, length - len(s):] = 1
-        sample = self.temperature > 0
-        gen = GenerationConfig(
-            do_sample=sample, max_new_tokens=self.max_new_tokens, num_return_sequences=self.samples if sample else 1,
-            eos_token_id=self.eos_id, pad_token_id=self.pad_id,
-            **({"temperature": self.temperature, "top_k": 0, "top_p": 1.0} if sample else {}),
-        )
+        sampled = self.temperature > 0
+        rows = [ids for ids in map(self._prompt_ids, prompts) for _ in range(self.samples if sampled else 1)]
         seed = int(np.random.SeedSequence([self.seed, self._generate_calls]).generate_state(1)[0])
         self._generate_calls += 1
-        # generate draws from torch's global RNG: fork it so the caller's stream is untouched
-        devices = [device.index or 0] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            out = self.module.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=gen)
-        new = out[:, length:].tolist()
-        if not sample:  # greedy: one reply, repeated K times
-            new = [row for row in new for _ in range(self.samples)]
-        texts = []
-        for row in new:
-            if self.eos_id in row:
-                row = row[:row.index(self.eos_id)]
-            texts.append(self.tokenizer.decode(row, skip_special_tokens=True, clean_up_tokenization_spaces=False))
-        return texts
+        generator = torch.Generator(device=self._device()).manual_seed(seed)
+        drawn = sample(self.module, rows, self.params, pad_id=self.pad_id, generator=generator)
+        texts = [decode(self.tokenizer, d.tokens, skip_special_tokens=True) for d in drawn]
+        return texts if sampled else [t for t in texts for _ in range(self.samples)]  # greedy: one reply, K times
 
     # ------------------------------------------------------------------ online learning
 
@@ -369,17 +333,9 @@ class LLMOutcomePredictor:
         return stats
 
     def _sft_step(self, batch: list[_Example]) -> float:
-        device = self._device()
-        seqs = [e.prompt_ids + e.target_ids for e in batch]
-        length = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), length), self.pad_id, dtype=torch.long)
-        labels = torch.full((len(seqs), length), -100, dtype=torch.long)
-        mask = torch.zeros((len(seqs), length), dtype=torch.long)
-        for r, (e, s) in enumerate(zip(batch, seqs)):  # right padding; loss only on the target tokens
-            ids[r, :len(s)] = torch.as_tensor(s)
-            mask[r, :len(s)] = 1
-            labels[r, len(e.prompt_ids):len(s)] = torch.as_tensor(e.target_ids)
-        loss = self.module(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device)).loss
+        ids, mask, labels = sft_batch([e.prompt_ids for e in batch], [e.target_ids for e in batch], self.pad_id,
+                                      self._device())
+        loss = self.module(input_ids=ids, attention_mask=mask, labels=labels).loss
         self._optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.module.parameters(), 1.0)

@@ -49,7 +49,8 @@ import torch
 
 from wmrl.domains.autoresearch.corpus import CORPUS_VERSION, TaskSpec, generate_corpus
 from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK, END_MARK, SYSTEM_MARK, USER_MARK, format_reply
-from wmrl.domains.autoresearch.policy import truncate_prompt_ids
+from wmrl.lm.batch import sft_batch
+from wmrl.lm.tokens import encode_prompt, encode_reply
 
 log = logging.getLogger(__name__)
 
@@ -169,17 +170,17 @@ def sft(model, tokenizer, examples: Sequence[tuple[str, str]], cfg: AgentConfig,
     """Next-token SFT on the reply tokens of (prompt, script) pairs; returns training stats."""
     t0 = time.perf_counter()
     eos = tokenizer.eos_token_id
-    seqs, starts = [], []
+    prompts, replies = [], []
     for prompt, script in examples:
-        p = truncate_prompt_ids(tokenizer, prompt, cfg.max_prompt_tokens)
-        r = list(tokenizer(format_reply(script), add_special_tokens=False)["input_ids"]) + [eos]
+        p = encode_prompt(tokenizer, prompt, cfg.max_prompt_tokens, head_until=ASSISTANT_MARK)
+        r = encode_reply(tokenizer, format_reply(script), eos)
         if len(p) + len(r) > cfg.context:
             continue
-        seqs.append(p + r)
-        starts.append(len(p))
-    if not seqs:
+        prompts.append(p)
+        replies.append(r)
+    if not prompts:
         raise ValueError("no SFT example fits the model context")
-    batches = _batches([len(s) for s in seqs], cfg)
+    batches = _batches([len(p) + len(r) for p, r in zip(prompts, replies)], cfg)
     total_steps = cfg.epochs * len(batches)
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -204,15 +205,7 @@ def sft(model, tokenizer, examples: Sequence[tuple[str, str]], cfg: AgentConfig,
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * warm * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * cos)
             idx = batches[b]
-            longest = max(len(seqs[i]) for i in idx)
-            ids = torch.full((len(idx), longest), tokenizer.pad_token_id, dtype=torch.long)
-            labels = torch.full((len(idx), longest), -100, dtype=torch.long)
-            mask = torch.zeros((len(idx), longest), dtype=torch.long)
-            for row, i in enumerate(idx):
-                s = torch.as_tensor(seqs[i])
-                ids[row, : len(s)] = s
-                mask[row, : len(s)] = 1
-                labels[row, starts[i]: len(s)] = s[starts[i]:]
+            ids, mask, labels = sft_batch([prompts[i] for i in idx], [replies[i] for i in idx], tokenizer.pad_token_id)
             if step < 2 * _PROBE:  # alternate cfg.threads and 1 thread: on a shared CPU one can be faster
                 torch.set_num_threads(threads[step % 2])
             ts = time.perf_counter()
@@ -237,7 +230,7 @@ def sft(model, tokenizer, examples: Sequence[tuple[str, str]], cfg: AgentConfig,
         break
     model.eval()
     return {"steps": step, "epochs": round(epochs_done, 3), "train_loss_ema": ema, "tokens": tokens,
-            "examples": len(seqs), "batches_per_epoch": len(batches), "stopped_by": stopped_by, "threads": chosen,
+            "examples": len(prompts), "batches_per_epoch": len(batches), "stopped_by": stopped_by, "threads": chosen,
             "sft_s": round(time.perf_counter() - t0, 2)}
 
 

@@ -28,6 +28,7 @@ from wmrl.domains.autoresearch.corpus import TaskSpec
 from wmrl.domains.autoresearch.episodes import FINALS
 from wmrl.domains.autoresearch.suite import load_suite
 from wmrl.domains.autoresearch.tasks import ARTask, split
+from wmrl.lm.lora import LoraSettings
 
 
 @dataclass
@@ -45,6 +46,8 @@ class AutoResearchConfig:
     agent_max_minutes: float = 4.0
     max_new_tokens: int = 320
     temperature: float = 1.0
+    #: LoRA adapters instead of full fine-tuning (`domain.lora.r=8`); r=0: every weight trains
+    lora: LoraSettings = field(default_factory=LoraSettings)
     cache_dir: str | None = None  # tasks and agents; default ~/.cache/wmrl
 
     def validate(self) -> None:
@@ -138,7 +141,8 @@ class AutoResearchDomain(Domain):
     def make_policy(self, seed: int) -> Policy:
         from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 
-        return CodeAgentPolicy(self.agent_path(), max_new_tokens=self.cfg.max_new_tokens, temperature=self.cfg.temperature)
+        return CodeAgentPolicy(self.agent_path(), max_new_tokens=self.cfg.max_new_tokens,
+                               temperature=self.cfg.temperature, lora=self.cfg.lora, seed=seed)
 
     def make_real_env(self) -> RealEnv:
         from wmrl.domains.autoresearch.env import AutoResearchEnv

@@ -2,8 +2,9 @@
 
 Writing goes through `LeRobotDataset.create` / `add_frame` / `save_episode` /
 `finalize`, so the result is an ordinary lerobot dataset any lerobot tool reads.
-Images are stored as PNG images by default: video needs an encoder on write and
-torchcodec/pyav on read, which this project's machines may lack.
+Images are stored as PNG images by default (lossless, no codec); `use_videos=True`
+writes AV1 video as most Hub datasets are, decoded on read by torchcodec (lerobot's
+default backend; it needs ffmpeg's shared libraries, which `make` installs).
 
 Reading is offline only (a local root); before any data is loaded, the dataset's
 features are checked against the policy's (`check_features`), because a wrong image
@@ -141,8 +142,7 @@ def load_dataset(root_or_repo_id: str | Path, config: PreTrainedConfig | None = 
         expected = expected_features(config)
         delta = resolve_delta_timestamps(config, meta)
     check_features(meta.features, expected, where=f"the dataset at {root}")
-    # pyav named outright: lerobot's default probes torchcodec and warns on every open when it is absent
-    return LeRobotDataset(repo_id, root=root, episodes=episodes, delta_timestamps=delta, video_backend="pyav")
+    return LeRobotDataset(repo_id, root=root, episodes=episodes, delta_timestamps=delta)
 
 
 def normalization_stats(meta: LeRobotDatasetMetadata, min_std: float = 1e-2) -> dict[str, list[float]]:

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from wmrl.core.archive import EpisodeArchive
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv
 from wmrl.core.registry import DOMAINS
@@ -100,7 +101,8 @@ class VLADomain(Domain):
     def __init__(self, cfg: VLADomainConfig):
         super().__init__(cfg)
         longest = max(cfg.env.horizon(f) for f in cfg.families)
-        self.max_turns = math.ceil(longest / min(cfg.env.chunk, cfg.policy_chunk()))
+        self.chunk = min(cfg.env.chunk, cfg.policy_chunk())  # low-level actions per turn
+        self.max_turns = math.ceil(longest / self.chunk)
 
     def tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
@@ -124,4 +126,10 @@ class VLADomain(Domain):
 
     def make_real_env(self) -> RealEnv:
         return VLAEnv(self.cfg.env)
+
+    def make_archive(self, run_dir: Path) -> EpisodeArchive:
+        """Real episodes go to LeRobotDatasets under RUN_DIR/experience, a frame per chunk (`experience.py`)."""
+        from wmrl.domains.vla.experience import LeRobotArchive
+
+        return LeRobotArchive(run_dir, fps=self.cfg.env.control_freq / self.chunk)
 
