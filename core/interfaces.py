@@ -42,6 +42,11 @@ class Policy(ABC):
     def log_prob(self, observations: Sequence[Any], actions: Sequence[Any]) -> torch.Tensor:
         """Differentiable log-probabilities of `actions` given `observations`, shape [n]."""
 
+    def token_log_probs(self, observations: Sequence[Any], actions: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probabilities of `actions` ([n, T], differentiable) and a mask [n, T] marking each
+        action's tokens, in order; what `trainer.objective.ratio: token` needs. Token-free policies lack it."""
+        raise NotImplementedError(f"{type(self).__name__} has no per-token log-probabilities")
+
     def reset(self, tasks: Sequence[Task]) -> None:
         """Episode start for a batch of `tasks` (the rollout calls it after the environment's reset).
 

@@ -37,7 +37,8 @@ from wmrl.core.archive import load_trajectories, referenced
 from wmrl.core.domain import Domain
 from wmrl.core.engine import Engine, EngineConfig
 from wmrl.core.estimators import EstimatorConfig, build_estimator
-from wmrl.core.loss import SurrogateBatch
+from wmrl.core.interfaces import Policy
+from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
 from wmrl.core.replay import batch_name, eval_key, group_id, train_key
@@ -59,6 +60,8 @@ class TrainerConfig:
     ppo_epochs: int = 1
     clip_eps: float = 0.2
     micro_batch: int = 0  # turns per log_prob call in an update (bounds its memory); 0: all at once
+    #: ratios (sequence | token), token aggregation (grpo | dapo | dr_grpo), KL beta (`core/loss.py`)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     eval_every: int = 10  # 0: evaluate only before and after training
     eval_samples: int = 4  # real episodes per held-out task per evaluation
     eval_splits: list[str] = field(default_factory=lambda: ["test_id", "test_ood"])
@@ -107,6 +110,14 @@ class Trainer:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.policy = domain.make_policy(trainer.seed)
+        if trainer.objective.ratio == "token" and not has_token_log_probs(self.policy):
+            raise ValueError(f"trainer.objective.ratio=token needs per-token log-probabilities and "
+                             f"{type(self.policy).__name__} has no token_log_probs: use ratio: sequence")
+        #: the KL's reference: the policy as it starts, built again (its initial weights depend on the seed alone)
+        self.reference: Policy | None = None
+        if trainer.objective.beta > 0:
+            self.reference = domain.make_policy(trainer.seed)
+            self.reference.module.requires_grad_(False).eval()
         self.engine = Engine(self.policy.module, engine, self.policy.param_groups())
         self.estimator = build_estimator(estimator, anchors.fraction)
         self.env = domain.make_real_env()
@@ -304,13 +315,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ update
     def _update(self, groups: list[Group], est: Estimate) -> dict:
-        batch = SurrogateBatch(groups, est)
+        batch = SurrogateBatch(groups, est, self.cfg.objective)
         if not len(batch):
             return {"loss": float("nan"), "grad_norm": float("nan"), "trained_trajectories": 0.0}
+        batch.prepare(self.policy, self.reference, self.cfg.micro_batch)  # before the first optimizer step
         stats: dict = {}
         for _ in range(self.cfg.ppo_epochs):
             stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch))
         stats["trained_trajectories"] = float(batch.trajectories)
+        if self.reference is not None:
+            stats["kl_ref"] = batch.kl
         return stats
 
     # ------------------------------------------------------------------ evaluation

@@ -4,7 +4,8 @@
 `torch.Generator`) instead of `model.generate`, for two reasons: the draw is
 reproducible without touching torch's global RNG, and the log-probability of
 every sampled token is kept -- under the *temperature-1* distribution, which
-is what `score` recomputes with one batched forward pass and what a policy
+is what `score` (summed) and `token_scores` (per token) recompute with one
+batched forward pass and what a policy
 gradient's ratio needs. A row stops at any of `stop_ids` (the stop token is
 reported, not included in `tokens`) or after `max_new_tokens`.
 
@@ -22,7 +23,7 @@ import torch
 
 from wmrl.lm.batch import left_pad
 
-__all__ = ["Sampled", "SamplingParams", "sample", "score"]
+__all__ = ["Sampled", "SamplingParams", "sample", "score", "token_scores"]
 
 
 @dataclass(frozen=True)
@@ -110,16 +111,20 @@ def sample(module: torch.nn.Module, prompts: Sequence[Sequence[int]], params: Sa
     return rows
 
 
-def score(module: torch.nn.Module, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *,
-          pad_id: int) -> torch.Tensor:
-    """Temperature-1 log-probability of each reply after its prompt, differentiable: shape [n]."""
+def token_scores(module: torch.nn.Module, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *,
+                 pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Temperature-1 log-probability of every reply token after its prompt, differentiable.
+
+    Returns ([n, longest] log-probs, [n, longest] mask): each reply right-aligned in its row, the mask
+    True on its tokens (in order) and the log-probs 0 elsewhere.
+    """
     if len(prompts) != len(replies):
         raise ValueError(f"{len(prompts)} prompts but {len(replies)} replies")
     device = next(module.parameters()).device
-    n_reply = torch.tensor([len(r) for r in replies], device=device)
+    n_reply = torch.tensor([len(r) for r in replies], device=device, dtype=torch.long)
     longest = int(n_reply.max()) if len(replies) else 0
     if longest == 0:
-        return torch.zeros(len(prompts), device=device)
+        return torch.zeros(len(prompts), 0, device=device), torch.zeros(len(prompts), 0, dtype=torch.bool, device=device)
     keep_arg, _ = _forward_args(module)
     seqs = [p + list(r) for p, r in zip(_nonempty(prompts, pad_id), replies)]
     ids, mask, pos = left_pad(seqs, pad_id, device)
@@ -128,4 +133,10 @@ def score(module: torch.nn.Module, prompts: Sequence[Sequence[int]], replies: Se
     logits = logits[:, -(longest + 1):-1].float()  # position t predicts token t+1
     token_lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, -longest:].unsqueeze(-1)).squeeze(-1)
     in_reply = torch.arange(longest, device=device).unsqueeze(0) >= (longest - n_reply).unsqueeze(1)
-    return (token_lp * in_reply).sum(-1)
+    return token_lp * in_reply, in_reply
+
+
+def score(module: torch.nn.Module, prompts: Sequence[Sequence[int]], replies: Sequence[Sequence[int]], *,
+          pad_id: int) -> torch.Tensor:
+    """Temperature-1 log-probability of each reply after its prompt, differentiable: shape [n]."""
+    return token_scores(module, prompts, replies, pad_id=pad_id)[0].sum(-1)

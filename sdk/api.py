@@ -33,10 +33,13 @@ class TrainResult:
 
 def build_trainer(cfg: RunConfig) -> Trainer:
     domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
-    return Trainer(
-        domain, trainer=cfg.trainer, estimator=cfg.estimator, anchors=cfg.anchors, engine=cfg.engine,
-        world_model=cfg.world_model, run_dir=cfg.run_dir, run_id=cfg.run_id, tensorboard=cfg.tensorboard,
-    )
+    try:
+        return Trainer(
+            domain, trainer=cfg.trainer, estimator=cfg.estimator, anchors=cfg.anchors, engine=cfg.engine,
+            world_model=cfg.world_model, run_dir=cfg.run_dir, run_id=cfg.run_id, tensorboard=cfg.tensorboard,
+        )
+    except ValueError as exc:  # what the config asks of the domain's parts and they cannot do: one line
+        raise ConfigError(str(exc)) from exc
 
 
 def _check_same_config(run_dir: Path, cfg: RunConfig) -> None:

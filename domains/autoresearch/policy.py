@@ -43,7 +43,7 @@ import torch
 from wmrl.core.interfaces import Policy
 from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK
 from wmrl.lm.lora import LoraSettings, apply_lora, merged
-from wmrl.lm.sampling import SamplingParams, sample, score
+from wmrl.lm.sampling import SamplingParams, sample, score, token_scores
 from wmrl.lm.tokens import decode, encode_prompt, encode_reply, prompt_budget, special_tokens
 
 __all__ = ["CodeAgentPolicy"]
@@ -115,6 +115,13 @@ class CodeAgentPolicy(Policy):
         prompts = [self.prompt_ids(o) for o in observations]
         replies = [self.reply_ids(a) for a in actions]
         return score(self.module, prompts, replies, pad_id=self.pad_id)
+
+    def token_log_probs(self, observations: Sequence[Any], actions: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per reply token (EOS included when `reply_ids` has it): log-probs [n, T] and their mask."""
+        if len(observations) != len(actions):
+            raise ValueError(f"{len(observations)} observations but {len(actions)} actions")
+        prompts = [self.prompt_ids(o) for o in observations]
+        return token_scores(self.module, prompts, [self.reply_ids(a) for a in actions], pad_id=self.pad_id)
 
     @torch.no_grad()
     def act(
