@@ -55,6 +55,10 @@ class Domain(ABC):
         """The world model `cfg` configures, built by its registered factory from this domain and `cfg`."""
         return spec_of(cfg).factory(self, cfg)
 
+    def episode_stats(self, trajectory: Trajectory) -> dict[str, float]:
+        """Per-episode numbers worth a column in `wmrl eval`'s per-task table (e.g. a parse rate); none by default."""
+        return {}
+
     def oracle_reward(self, trajectory: Trajectory) -> float | None:
         """The true reward when it is free to compute (synthetic domains); None elsewhere.
 

@@ -2,7 +2,8 @@
 
 Every real episode the trainer pays for is stored under a key that says where
 in the run it happened: `s{step}g{group}m{member}` for training groups and
-`eval/{step}/{split}/{task}/{sample}` for held-out evaluation. The same records
+`eval/{step}/{split}/{task}/{sample}` for held-out evaluation during training
+(`eval-{tag}/...` for a later `wmrl eval`, kept apart from the run's own). The same records
 later warm-start a world model in another run and are the ground truth a world
 model's fidelity is measured against (`wmrl eval-wm`), so the key format is
 defined here once and parsed back here.
@@ -30,8 +31,9 @@ def train_key(group: str, member: int) -> str:
     return f"{group}m{member}"
 
 
-def eval_key(step: int, split: str, task_id: str, sample: int) -> str:
-    return f"{EVAL_PREFIX}{step}/{split}/{task_id}/{sample}"
+def eval_key(step: int, split: str, task_id: str, sample: int, tag: str = "") -> str:
+    """`tag` names an evaluation outside training (`wmrl eval`): its keys never meet the run's own."""
+    return f"{EVAL_PREFIX if not tag else f'eval-{tag}/'}{step}/{split}/{task_id}/{sample}"
 
 
 def batch_name(first_key: str) -> str:

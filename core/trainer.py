@@ -100,8 +100,10 @@ class Trainer:
         run_dir: str | Path,
         run_id: str = "run",
         tensorboard: bool = True,
+        checkpoint: str | None = None,
     ):
-        """`world_model`: the `world_model:` section (None: the domain's default world model)."""
+        """`world_model`: the `world_model:` section (None: the domain's default world model);
+        `checkpoint`: the tag to restore (None: the latest, if any)."""
         for section in (trainer, anchors, world_model):
             validate_config(section)  # the engine and the estimator check their own sections
         self.cfg = trainer
@@ -144,7 +146,7 @@ class Trainer:
         self.real_executions = 0  # real training episodes consumed (eval episodes not counted)
         #: diagnostics that look at every step, outside the wall (`core/observers.py`)
         self.observers: list[StepObserver] = [OracleObserver(domain, estimator.advantage)]
-        self._resume()
+        self._resume(checkpoint)
         if self.step == 0 and self.world_model is not None:
             self.world_model.warm_start()
         self.metrics = MetricsLogger(self.dir, resume_step=self.step, tensorboard=tensorboard)
@@ -163,8 +165,8 @@ class Trainer:
             "run_id": self.run_id,
         }
 
-    def _resume(self) -> None:
-        state = self.engine.load(self.dir / "checkpoints")
+    def _resume(self, tag: str | None = None) -> None:
+        state = self.engine.load(self.dir / "checkpoints", tag)
         if state is None:
             return
         if state["run_id"] != self.run_id:
@@ -328,21 +330,27 @@ class Trainer:
         return stats
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self, split: str) -> dict:
-        """Mean real reward on a held-out split (real execution, stored like any other)."""
+    def held_out(self, split: str, *, tag: str = "", seed: int | None = None) -> tuple[list[Trajectory], float]:
+        """`eval_samples` real episodes per task of `split` (stored; a stored key is read back, not re-run),
+        drawn with `seed` (default: the run's evaluation seed); returns them and their wall-clock."""
         tasks = self.domain.tasks(split)
         n = self.cfg.eval_samples
         batch = [t for t in tasks for _ in range(n)]
-        keys = [eval_key(self.step, split, t.id, i) for t in tasks for i in range(n)]
-        gen = torch.Generator().manual_seed(self.cfg.seed + 100_003)
+        keys = [eval_key(self.step, split, t.id, i, tag) for t in tasks for i in range(n)]
+        gen = torch.Generator().manual_seed(self.cfg.seed + 100_003 if seed is None else seed)
         trajs, times, _ = self._real(batch, keys, self.step, gen)
+        return trajs, times.scorer + times.generation
+
+    def evaluate(self, split: str) -> dict:
+        """Mean real reward on a held-out split (real execution, stored like any other)."""
+        trajs, wall = self.held_out(split)
         rewards = [t.real.reward for t in trajs if t.real is not None and t.real.known]
         return {
             "split": split,
             "reward": float(np.mean(rewards)) if rewards else float("nan"),
             "unknown": len(trajs) - len(rewards),
             "n": len(trajs),
-            "eval_time": times.scorer + times.generation,
+            "eval_time": wall,
         }
 
     def _evaluate_all(self) -> dict:

@@ -18,6 +18,7 @@ from wmrl.config import ConfigError, RunConfig, load_config, load_run_config, to
 from wmrl.core.engine import Engine
 from wmrl.core.registry import DOMAINS
 from wmrl.core.trainer import Trainer
+from wmrl.evaluation import evaluate_run
 
 
 @dataclass
@@ -31,12 +32,14 @@ class TrainResult:
         return self.history[-1] if self.history else {}
 
 
-def build_trainer(cfg: RunConfig) -> Trainer:
+def build_trainer(cfg: RunConfig, *, checkpoint: str | None = None) -> Trainer:
+    """The trainer `cfg` describes, restored from `checkpoint` (a tag; None: the latest, if any)."""
     domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
     try:
         return Trainer(
             domain, trainer=cfg.trainer, estimator=cfg.estimator, anchors=cfg.anchors, engine=cfg.engine,
             world_model=cfg.world_model, run_dir=cfg.run_dir, run_id=cfg.run_id, tensorboard=cfg.tensorboard,
+            checkpoint=checkpoint,
         )
     except ValueError as exc:  # what the config asks of the domain's parts and they cannot do: one line
         raise ConfigError(str(exc)) from exc
@@ -89,14 +92,14 @@ def _resumed(run_dir: str | Path) -> Trainer:
     return build_trainer(cfg)
 
 
-def evaluate(run_dir: str | Path, splits: Sequence[str] | None = None) -> dict[str, float]:
-    """Real held-out reward of a run's latest checkpoint."""
-    cfg = load_run_config(run_dir)
-    trainer = _resumed(run_dir)
-    try:
-        return {s: trainer.evaluate(s)["reward"] for s in (splits or cfg.trainer.eval_splits)}
-    finally:
-        trainer.close()
+def evaluate(run_dir: str | Path, splits: Sequence[str] | None = None, overrides: Sequence[str] = (), *,
+             step: int | None = None, reuse: bool = False) -> dict[str, Any]:
+    """Real held-out reward of the run in `run_dir` at its latest checkpoint (or `step`), per split and per task.
+
+    Fresh episodes unless `reuse` (then the run's own evaluation at that step);
+    `overrides` as for `train`. Writes RUN_DIR/eval/TAG.json and .md (`evaluation.py`).
+    """
+    return evaluate_run(run_dir, splits, overrides, step=step, reuse=reuse)
 
 
 def export(run_dir: str | Path, out: str | Path) -> Path:

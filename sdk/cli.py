@@ -1,7 +1,8 @@
 """The `wmrl` command: train, eval, bench, report.
 
     wmrl train [CONFIG] [key=value ...]   train (or resume) a run; CONFIG is a YAML path or a shipped name
-    wmrl eval RUN_DIR [--split S ...]     real held-out reward of a run's latest checkpoint
+    wmrl eval RUN_DIR [key=value ...] [--split S ...] [--step N] [--reuse]
+                                          real held-out reward of a run's checkpoint, per split and per task
     wmrl export RUN_DIR OUT               the trained policy as a standard model folder (from_pretrained loads it)
     wmrl eval-wm RUN_DIR [--world-model NAME] [--warmup N]
                                           a world model's fidelity on the run's real executions
@@ -39,9 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="key.sub=value overrides")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-report", action="store_true")
-    p = sub.add_parser("eval", help="evaluate a run's latest checkpoint on held-out tasks")
+    p = sub.add_parser("eval", help="evaluate a run's checkpoint on held-out tasks (fresh episodes)")
     p.add_argument("run_dir")
+    p.add_argument("overrides", nargs="*", help="key.sub=value overrides, as for train (e.g. domain.task_root=DIR)")
     p.add_argument("--split", action="append", dest="splits")
+    p.add_argument("--step", type=int, default=None, help="the checkpoint of this step (default: the latest)")
+    p.add_argument("--reuse", action="store_true", help="read back the run's own evaluation at that step")
     p = sub.add_parser("export", help="write a run's trained policy as a standard model folder")
     p.add_argument("run_dir")
     p.add_argument("out")
@@ -80,7 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "eval":
             from wmrl.api import evaluate
 
-            print(json.dumps(evaluate(args.run_dir, args.splits)))
+            res = evaluate(args.run_dir, args.splits, args.overrides, step=args.step, reuse=args.reuse)
+            print(json.dumps({split: r["reward"] for split, r in res["splits"].items()}))
+            print(Path(res["report"]).read_text())
+            print(f"results: {res['report']}")
         elif args.cmd == "export":
             from wmrl.api import export
 

@@ -101,3 +101,12 @@ def test_the_report_keeps_our_verdict_apart_from_what_the_program_printed():
     quoted = [ln for ln in lines if ln.startswith("| ")]
     assert quoted[-1] == "| last line" and all(len(ln) <= LINE + 8 for ln in quoted)
     assert len(text) < TAIL + 400
+
+
+def test_episode_stats_give_the_share_of_replies_with_a_code_block():
+    from wmrl.domains.autoresearch.domain import AutoResearchConfig, AutoResearchDomain
+
+    domain = AutoResearchDomain(AutoResearchConfig())
+    traj = Trajectory(task=Task("t"), actions=["```python\nprint(1)\n```", "I would fit a forest.", "```py\nx=1\n```"])
+    assert domain.episode_stats(traj) == {"parsed": 2 / 3}
+    assert domain.episode_stats(Trajectory(task=Task("t"))) == {}

@@ -129,19 +129,6 @@ def test_eval_prints_heldout_rewards(run):
     assert all(isinstance(v, float) for v in out[0].values())
 
 
-def test_eval_of_a_moved_run_evaluates_it_where_it_lies(run, tmp_path):
-    import shutil
-
-    run_dir, _ = run
-    moved = tmp_path / "moved"
-    shutil.copytree(run_dir, moved)
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
-    proc = wmrl("eval", str(moved), cwd=elsewhere)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert not (elsewhere / "runs").exists() and not (run_dir.parent / "runs").exists()
-
-
 def test_export_errors_are_one_line(run, tmp_path):
     run_dir, _ = run
     proc = wmrl("export", str(run_dir), str(tmp_path / "out"), cwd=tmp_path)
@@ -153,6 +140,57 @@ def test_export_errors_are_one_line(run, tmp_path):
     (fresh / "config.yaml").write_text((run_dir / "config.yaml").read_text())
     line = assert_one_error_line(wmrl("export", str(fresh), str(tmp_path / "out2"), cwd=tmp_path), "export")
     assert "no checkpoint yet" in line
+
+
+def test_eval_reuse_on_a_copied_run_returns_the_copys_trained_score(run, tmp_path):
+    import shutil
+
+    run_dir, _ = run
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    proc = wmrl("eval", str(copy), "--reuse", cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    final = json.loads((run_dir / "summary.json").read_text())["history"][-1]
+    assert json_lines(proc.stdout)[0] == {s: final[f"eval_{s}"] for s in ("test_id", "test_ood")}
+    assert not (elsewhere / "runs").exists() and not (run_dir.parent / "runs").exists()  # nothing written elsewhere
+    assert (copy / "eval" / "reuse-step3.md").is_file()
+
+
+def test_eval_draws_fresh_episodes_each_time_and_writes_a_per_task_table(run, tmp_path):
+    import shutil
+    import sqlite3
+
+    run_dir, _ = run
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    first = wmrl("eval", str(copy), "--split", "test_id", cwd=tmp_path)
+    second = wmrl("eval", str(copy), "trainer.eval_samples=2", "--split", "test_id", cwd=tmp_path)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr[-2000:], second.stderr[-2000:])
+    assert "| task | n | reward | ok |" in first.stdout
+    reports = [Path(p.stdout.split("results: ")[-1].strip()) for p in (first, second)]
+    k = int(reports[0].stem.removeprefix("cli"))  # the copied run may hold earlier evaluations
+    assert reports == [copy / "eval" / f"cli{k}.md", copy / "eval" / f"cli{k + 1}.md"]
+    one, two = (json.loads(r.with_suffix(".json").read_text()) for r in reports)
+    assert one["step"] == two["step"] == 3 and one["episodes"] == f"fresh, tag cli{k}"
+    rows1, rows2 = one["splits"]["test_id"]["tasks"], two["splits"]["test_id"]["tasks"]
+    assert len(rows1) == len(rows2) > 1 and all(r["n"] == 1 for r in rows1) and all(r["n"] == 2 for r in rows2)
+    with sqlite3.connect(copy / "store.sqlite") as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM executions")]
+    assert sum(key.startswith(f"eval-cli{k}/3/test_id/") for key in keys) == len(rows1)
+    assert sum(key.startswith(f"eval-cli{k + 1}/3/test_id/") for key in keys) == 2 * len(rows2)
+
+
+def test_eval_argument_mistakes_are_one_line(run, tmp_path):
+    run_dir, _ = run
+    line = assert_one_error_line(wmrl("eval", str(run_dir), "--step", "2", cwd=tmp_path), "eval")
+    assert "no checkpoint of step 2; it has steps [3]" in line
+    line = assert_one_error_line(wmrl("eval", str(run_dir), "trainer.eval_samples=2", "--reuse", cwd=tmp_path),
+                                 "eval")
+    assert "--reuse reads back the run's own evaluation" in line
+    line = assert_one_error_line(wmrl("eval", str(run_dir), "trainer.eval_sample=2", cwd=tmp_path), "eval")
+    assert "eval_sample" in line
 
 
 def test_report_rewrites_report(run):

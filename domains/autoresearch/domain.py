@@ -20,12 +20,13 @@ from pathlib import Path
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
 from wmrl.core.registry import DOMAINS
-from wmrl.core.types import Task
+from wmrl.core.types import Task, Trajectory
 from wmrl.core.validation import at_least
 from wmrl.core.wm_runtime import RuntimeConfig
 from wmrl.core.wm_spec import WorldModelConfig, register_world_model
 from wmrl.domains.autoresearch.corpus import TaskSpec
 from wmrl.domains.autoresearch.episodes import FINALS
+from wmrl.domains.autoresearch.protocol import extract_code
 from wmrl.domains.autoresearch.suite import load_suite
 from wmrl.domains.autoresearch.tasks import ARTask, split
 from wmrl.lm.lora import LoraSettings
@@ -137,6 +138,12 @@ class AutoResearchDomain(Domain):
             cache, specs_and_prompts=[(task_spec(t), t.description) for t in train],
             n_examples=self.cfg.agent_examples, max_minutes=self.cfg.agent_max_minutes,
         ))
+
+    def episode_stats(self, trajectory: Trajectory) -> dict[str, float]:
+        """`parsed`: the share of the episode's replies that hold a python code block."""
+        if not trajectory.actions:
+            return {}
+        return {"parsed": sum(extract_code(a) is not None for a in trajectory.actions) / len(trajectory.actions)}
 
     def make_policy(self, seed: int) -> Policy:
         from wmrl.domains.autoresearch.policy import CodeAgentPolicy
