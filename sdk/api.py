@@ -85,11 +85,19 @@ def train(cfg: Any = None, overrides: Sequence[str] = (), *, progress: bool = Fa
     return TrainResult(run_dir, history, cfg)
 
 
-def _resumed(run_dir: str | Path) -> Trainer:
-    """The trainer of the run in `run_dir` (wherever it now lies), restored from its latest checkpoint."""
-    cfg = load_run_config(run_dir)
+def resumed_trainer(run_dir: str | Path, overrides: Sequence[str] = (), *, step: int | None = None) -> Trainer:
+    """The trainer of the run in `run_dir` (wherever it now lies), restored from its latest checkpoint or `step`'s."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir, overrides)
     cfg.run_dir = str(run_dir)  # the saved run_dir is where it was trained, maybe relative to another cwd
-    return build_trainer(cfg)
+    checkpoints = run_dir / "checkpoints"
+    if Engine.latest_tag(checkpoints) is None:
+        raise ConfigError(f"{run_dir} has no checkpoint yet: train it first (`wmrl train ... run_dir={run_dir}`)")
+    tag = None if step is None else f"step{step:06d}"
+    if tag is not None and not (checkpoints / tag).is_dir():
+        have = sorted(int(p.name[4:]) for p in checkpoints.glob("step[0-9]*") if p.is_dir())
+        raise ConfigError(f"{run_dir} has no checkpoint of step {step}; it has steps {have}")
+    return build_trainer(cfg, checkpoint=tag)
 
 
 def evaluate(run_dir: str | Path, splits: Sequence[str] | None = None, overrides: Sequence[str] = (), *,
@@ -111,9 +119,7 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         raise ConfigError(f"{out} exists and is not empty; export into a new folder")
-    if Engine.latest_tag(Path(run_dir) / "checkpoints") is None:
-        raise ConfigError(f"{run_dir} has no checkpoint yet: train it first (`wmrl train ... run_dir={run_dir}`)")
-    trainer = _resumed(run_dir)
+    trainer = resumed_trainer(run_dir)
     try:
         trainer.policy.save_pretrained(str(out))
     finally:

@@ -26,8 +26,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from wmrl.config import ConfigError, load_run_config
-from wmrl.core.engine import Engine
+from wmrl.config import ConfigError
 from wmrl.core.types import Trajectory
 
 __all__ = ["evaluate_run"]
@@ -95,29 +94,21 @@ def _fmt(x: Any) -> str:
 def evaluate_run(run_dir: str | Path, splits: Sequence[str] | None = None, overrides: Sequence[str] = (), *,
                  step: int | None = None, reuse: bool = False) -> dict[str, Any]:
     """Evaluate the run in `run_dir` (see the module docstring); returns the results it writes."""
-    from wmrl.api import build_trainer
+    from wmrl.api import resumed_trainer
 
     run_dir = Path(run_dir)
     if reuse and overrides:
         raise ConfigError("--reuse reads back the run's own evaluation, which overrides cannot change; "
                           "drop --reuse to draw fresh episodes with these overrides")
-    cfg = load_run_config(run_dir, overrides)
-    cfg.run_dir = str(run_dir)  # the saved run_dir is where it was trained, maybe relative to another cwd
-    checkpoints = run_dir / "checkpoints"
-    tag = None if step is None else f"step{step:06d}"
-    if (tag or Engine.latest_tag(checkpoints)) is None:
-        raise ConfigError(f"{run_dir} has no checkpoint yet: train it first")
-    if tag is not None and not (checkpoints / tag).is_dir():
-        have = sorted(int(p.name[4:]) for p in checkpoints.glob("step[0-9]*") if p.is_dir())
-        raise ConfigError(f"{run_dir} has no checkpoint of step {step}; it has steps {have}")
-    trainer = build_trainer(cfg, checkpoint=tag)
+    trainer = resumed_trainer(run_dir, overrides, step=step)
+    cfg = trainer.cfg
     try:
         eval_tag = "" if reuse else _next_tag(trainer.store)
-        seed = None if reuse else cfg.trainer.seed + 100_003 + 7_919 * int(eval_tag[3:])
+        seed = None if reuse else cfg.seed + 100_003 + 7_919 * int(eval_tag[3:])
         result: dict[str, Any] = {"run_dir": str(run_dir), "step": trainer.step,
                                   "episodes": "reused from training" if reuse else f"fresh, tag {eval_tag}",
                                   "overrides": list(overrides), "splits": {}}
-        for split in splits or cfg.trainer.eval_splits:
+        for split in splits or cfg.eval_splits:
             trajs, _ = trainer.held_out(split, tag=eval_tag, seed=seed)
             known = [t.real.reward for t in trajs if t.real is not None and t.real.known]
             rows = task_rows(trajs, [trainer.domain.episode_stats(t) for t in trajs])

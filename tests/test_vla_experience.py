@@ -84,8 +84,13 @@ def test_recover_removes_what_a_crash_left_and_keeps_what_the_store_refers_to(tm
     kept = archive.write("s1g0m0", [_trajectory(rng, 0, 2)])
     archive.write("s2g0m0", [_trajectory(rng, 1, 2)])  # archived, then the run died before the store commit
     (tmp_path / DIRNAME / ".tmp-s3g0m0" / "meta").mkdir(parents=True)  # died inside a write
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the run's")
+    (tmp_path / DIRNAME / "s4g0m0").symlink_to(outside)  # not the archive's own: removed, never followed
     removed = archive.recover(referenced(kept))
-    assert removed == [f"{DIRNAME}/.tmp-s3g0m0", f"{DIRNAME}/s2g0m0"]
+    assert removed == [f"{DIRNAME}/.tmp-s3g0m0", f"{DIRNAME}/s2g0m0", f"{DIRNAME}/s4g0m0"]
+    assert (outside / "keep.txt").read_text() == "not the run's"
     assert sorted(p.name for p in (tmp_path / DIRNAME).iterdir()) == ["s1g0m0"]
     assert pickle.loads(kept[0]).skeleton.observations == []
     assert len(load_trajectories(kept, tmp_path)[0].observations) == 2  # its frames are still there

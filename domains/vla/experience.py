@@ -167,7 +167,11 @@ class LeRobotArchive(EpisodeArchive):
             for path in sorted(self.dir.iterdir()):
                 location = f"{DIRNAME}/{path.name}"
                 if path.name.startswith(".tmp-") or location not in keep:
-                    shutil.rmtree(path)
+                    # a link or file is removed itself, never followed
+                    if path.is_dir() and not path.is_symlink():
+                        shutil.rmtree(path)
+                    else:
+                        path.unlink()
                     removed.append(location)
         return removed
 
