@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import shutil
 import socket
 import warnings
 from dataclasses import dataclass
@@ -35,6 +34,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from wmrl.core import checkpoints as ckpt
+from wmrl.core.errors import CheckpointError, StorageError
 from wmrl.core.validation import validate_config
 
 __all__ = ["EngineConfig", "Engine", "ParamGroup", "ensure_distributed"]
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 # keys, e.g. ``ds_config``, on load), so user keys could collide with or be
 # polluted by DeepSpeed's.  Everything of ours lives under this single key.
 _CLIENT_KEY = "wmrl_client_state"
-_LATEST = "latest"
 
 #: DeepSpeed's ZeRO-3 on torch>=2.13 calls a deprecated collective on every step; silenced around our calls only
 _DEPRECATED_COLLECTIVE = r".*reduce_scatter_tensor.*deprecated"
@@ -163,42 +163,6 @@ def ensure_distributed() -> None:
         os.environ.pop(k, None)
 
 
-def _check_tag(tag: str) -> str:
-    tag = str(tag)
-    if not tag or tag.startswith(".") or "/" in tag or "\\" in tag or tag == _LATEST:
-        raise ValueError(f"invalid checkpoint tag {tag!r}: must be a plain, non-hidden directory name")
-    return tag
-
-
-def _old_name(tag: str) -> str:
-    return f".{tag}.old"
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _sweep(directory: Path) -> None:
-    """Drop staging dirs of crashed saves, and `.old` copies whose tag is back in place."""
-    for p in directory.glob(".*.tmp"):
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
-    for p in directory.glob(".*.old"):
-        if (directory / p.name[1:-len(".old")]).is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-
-
 class Engine:
     """DeepSpeed-backed optimiser for one torch module (see module docstring)."""
 
@@ -300,85 +264,94 @@ class Engine:
         if self.cfg.zero_stage > 0 or self.cfg.bf16:  # ZeRO and bf16 optimizers keep their own gradient buffers
             self._ds.optimizer.zero_grad()
 
-    def save(self, directory: str | Path, tag: str, client_state: dict) -> Path:
+    def save(self, directory: str | Path, tag: str, client_state: dict, *, keep: int = 0) -> Path:
         """Write checkpoint ``tag`` under ``directory``; returns ``directory/tag``.
 
-        Crash safety: DeepSpeed writes into a hidden staging tag, which is renamed
-        into place only once complete; ``latest`` is then replaced atomically.  A
-        crash at any point leaves the previous ``latest`` loadable (when a tag is
-        overwritten, the old copy is kept as ``.<tag>.old`` until the swap is done
-        and :meth:`load` falls back to it).  Assumes storage shared by all ranks.
+        DeepSpeed writes into a hidden staging folder, which is sealed (files
+        fsynced, a manifest of checksums written last) and renamed into place;
+        ``latest`` is then replaced atomically (`core/checkpoints.py`). A crash at
+        any point leaves the previous checkpoint loadable. ``keep`` > 0 then keeps
+        only the newest ``keep`` checkpoints. Assumes storage shared by all ranks.
+        A failed write raises `StorageError` naming the folder and the free space.
         """
-        tag = _check_tag(tag)
+        tag = ckpt.check_tag(tag)
         directory = Path(directory)
         staging = f".{tag}.tmp"
         is_rank0 = self._ds.global_rank == 0
-        if is_rank0:
-            directory.mkdir(parents=True, exist_ok=True)
-            _sweep(directory)  # leftovers of crashed saves
-        torch.distributed.barrier()
-        self._ds.save_checkpoint(
-            str(directory), tag=staging, client_state={_CLIENT_KEY: client_state}, save_latest=False,
-            exclude_frozen_parameters=self._frozen,
-        )
-        # save_checkpoint ends with a barrier: every rank's shards are on disk now.
-        if is_rank0:
-            final, old = directory / tag, directory / _old_name(tag)
-            shutil.rmtree(old, ignore_errors=True)
-            if final.exists():
-                final.rename(old)
-            (directory / staging).rename(final)
-            _fsync_dir(directory)
-            tmp = directory / f".{_LATEST}.tmp"
-            with open(tmp, "w") as fh:
-                fh.write(tag)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, directory / _LATEST)
-            _fsync_dir(directory)
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            if is_rank0:
+                directory.mkdir(parents=True, exist_ok=True)
+                ckpt.sweep(directory)  # leftovers of crashed saves
+            torch.distributed.barrier()
+            self._ds.save_checkpoint(
+                str(directory), tag=staging, client_state={_CLIENT_KEY: client_state}, save_latest=False,
+                exclude_frozen_parameters=self._frozen,
+            )
+            # save_checkpoint ends with a barrier: every rank's shards are on disk now.
+            if is_rank0:
+                ckpt.seal(directory / staging)
+                ckpt.publish(directory, staging, tag)
+                for old in ckpt.prune(directory, keep):
+                    log.info("removed checkpoint %s (trainer keeps the newest %d)", directory / old, keep)
+        except Exception as exc:  # torch reports a full disk as a RuntimeError of its stream writer
+            raise StorageError.of(exc, directory, f"could not write checkpoint {tag!r}") from exc
         torch.distributed.barrier()
         log.info("saved checkpoint %s", directory / tag)
         return directory / tag
 
     def load(self, directory: str | Path, tag: str | None = None) -> dict | None:
-        """Restore weights + optimizer state from ``tag`` (default: ``latest``).
+        """Restore weights + optimizer state from ``tag``, or from the newest whole checkpoint.
 
-        Returns the saved ``client_state``, or None when ``tag`` is None and the
-        directory holds no checkpoint.  An explicit ``tag`` that is missing raises
-        FileNotFoundError.
+        With ``tag`` None, the checkpoint ``latest`` names is tried first, then the
+        others newest first: one that is damaged (its manifest does not match, or
+        DeepSpeed cannot read it) is skipped with a warning that says what was lost.
+        Returns the saved ``client_state``, or None when there is no checkpoint at
+        all. An explicit ``tag`` that is missing raises FileNotFoundError; one that is
+        damaged, like a directory whose every checkpoint is, raises `CheckpointError`.
         """
         directory = Path(directory)
-        if tag is None:
-            tag = self.latest_tag(directory)
-            if tag is None:
-                return None
-        tag = _check_tag(tag)
-        on_disk = tag
-        if not (directory / tag).is_dir():
-            if (directory / _old_name(tag)).is_dir():  # crash mid-swap while overwriting this tag
-                on_disk = _old_name(tag)
-            else:
+        listed = ckpt.tags(directory)
+        if tag is not None:
+            tag = ckpt.check_tag(tag)
+            listed = [(t, p) for t, p in listed if t == tag]
+            if not listed:
                 raise FileNotFoundError(f"no checkpoint {tag!r} in {directory}")
+        if not listed:
+            return None
+        skipped: list[str] = []
+        for name, folder in listed:
+            problem = ckpt.damage(folder)
+            if problem is None:
+                try:
+                    client = self._load(directory, folder.name)
+                except Exception as exc:  # noqa: BLE001 - an unreadable checkpoint is damaged, whatever raised
+                    problem = f"DeepSpeed cannot load it ({type(exc).__name__}: {str(exc)[:200]})"
+                else:
+                    if skipped:
+                        log.warning("resumed from checkpoint %s instead of %s: the steps after it are re-played "
+                                    "(their real executions are read back from the run store)", name, skipped[0])
+                    return client
+            if tag is not None:
+                raise CheckpointError(f"checkpoint {directory / name} is damaged: {problem}")
+            log.warning("checkpoint %s is damaged: %s", directory / name, problem)
+            skipped.append(name)
+        raise CheckpointError(
+            f"every checkpoint in {directory} is damaged ({', '.join(skipped)}); move the folder aside to "
+            "train again from step 0 (the run store keeps every real execution, so none is paid again)"
+        )
+
+    def _load(self, directory: Path, on_disk: str) -> dict:
         path, client = self._ds.load_checkpoint(
             str(directory), tag=on_disk, load_optimizer_states=True, load_lr_scheduler_states=True,
             load_module_strict=not self._frozen,  # a checkpoint without the frozen weights lacks their keys
         )
         if path is None:
-            raise RuntimeError(f"DeepSpeed failed to load checkpoint {tag!r} from {directory}")
+            raise RuntimeError("load_checkpoint returned no path")
         log.info("loaded checkpoint %s", directory / on_disk)
         return (client or {}).get(_CLIENT_KEY, {})
 
     @staticmethod
     def latest_tag(directory: str | Path) -> str | None:
-        """Tag named by ``directory/latest`` if that checkpoint exists, else None."""
-        directory = Path(directory)
-        try:
-            tag = (directory / _LATEST).read_text().strip()
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if not tag or tag.startswith(".") or "/" in tag:
-            return None
-        if (directory / tag).is_dir() or (directory / _old_name(tag)).is_dir():
-            return tag
-        return None
+        """The checkpoint `load` tries first (the one `latest` names if present, else the newest), or None."""
+        listed = ckpt.tags(directory)
+        return listed[0][0] if listed else None

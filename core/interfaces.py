@@ -15,7 +15,7 @@ returns a list aligned the same way (`None` where no action was given).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import torch
 
@@ -79,6 +79,16 @@ class RealEnv(ABC):
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
         """Advance every episode that got an action."""
 
+    def step_each(self, actions: Sequence[Any | None]) -> Iterator[list[tuple[int, Transition]]]:
+        """`step`, reporting transitions as they finish: lists of (episode index, transition), each index once.
+
+        The trainer stores an episode the moment its last transition arrives, so an
+        environment that runs a batch concurrently (a sandbox pool) should yield each
+        execution as it finishes: a crash then loses only what was still running. The
+        default yields the whole batch once `step` returns. Implement one of the two
+        and define the other with `gather_steps`."""
+        yield [(i, t) for i, t in enumerate(self.step(actions)) if t is not None]
+
     def outcome(self, trajectory: Trajectory) -> Outcome:
         """The verdict on a finished real episode: its summed reward, unknown if any step was."""
         total = sum_or_none(trajectory.step_rewards)
@@ -89,6 +99,15 @@ class RealEnv(ABC):
 
     def close(self) -> None:
         """Release sandboxes, simulators, processes."""
+
+
+def gather_steps(arrivals: Iterator[list[tuple[int, Transition]]], n: int) -> list[Transition | None]:
+    """`step`'s aligned list from what `step_each` yielded for a batch of `n` episodes."""
+    out: list[Transition | None] = [None] * n
+    for arrived in arrivals:
+        for i, tr in arrived:
+            out[i] = tr
+    return out
 
 
 class WorldModel(ABC):

@@ -1,8 +1,8 @@
 """Per-step metrics to JSONL (the record a report and a benchmark read) and TensorBoard.
 
 JSONL is appended and flushed per step, so a killed run keeps every step it
-finished; on resume, rows past the resumed step are dropped first so the file
-never holds the same step twice.
+finished; on resume, rows past the resumed step are dropped first (the file is
+replaced atomically) so it never holds the same step twice.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from wmrl.core.errors import StorageError
+from wmrl.core.files import write_atomic
+
 
 def _clean(v: Any) -> Any:
     # JSON has no NaN; null says "not measured this step"
@@ -19,10 +22,17 @@ def _clean(v: Any) -> Any:
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
+    """The rows of a JSONL file; a last line cut short by a crash or a full disk is dropped."""
     p = Path(path)
     if not p.exists():
         return []
-    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    lines = [line for line in p.read_text().splitlines() if line.strip()]
+    rows = [json.loads(line) for line in lines[:-1]]
+    try:
+        rows += [json.loads(line) for line in lines[-1:]]
+    except json.JSONDecodeError:
+        pass
+    return rows
 
 
 class MetricsLogger:
@@ -31,7 +41,10 @@ class MetricsLogger:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "metrics.jsonl"
         rows = [r for r in read_jsonl(self.path) if r.get("step", 0) <= resume_step]
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        try:
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in rows))
+        except OSError as exc:
+            raise StorageError.of(exc, self.path, "could not rewrite the metrics") from exc
         self._fh = self.path.open("a")
         self._tb = None
         if tensorboard:
@@ -41,8 +54,11 @@ class MetricsLogger:
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
+        try:
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
+        except OSError as exc:
+            raise StorageError.of(exc, self.path, f"could not log the metrics of step {step}") from exc
         if self._tb is not None:
             for k, v in metrics.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):

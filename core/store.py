@@ -14,7 +14,9 @@ run is the real executions themselves (`replay.read_trajectories`).
 Writes are idempotent: executions are unique on their caller-chosen ``key`` and
 anchor pairs on ``(run_id, step, group_id, member)``, so re-playing a step after
 a resume adds nothing. Every batch is validated up front and written in one
-transaction; a bad record rejects the whole batch and nothing is stored.
+transaction; a bad record rejects the whole batch and nothing is stored. A
+write that fails on a full disk or an I/O error leaves the database as it was
+and raises `StorageError`, which says so.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from wmrl.core.errors import StorageError
 
 __all__ = ["SCHEMA_VERSION", "AnchorPair", "ExecutionRecord", "RunStore"]
 
@@ -200,15 +204,24 @@ class RunStore:
         """One write transaction; rolled back entirely on any error."""
         with self._lock:
             conn = self._db
-            # IMMEDIATE takes the write lock up front, so two writers wait on the
-            # busy timeout instead of deadlocking on a read->write upgrade.
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield conn.cursor()
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
+                # IMMEDIATE takes the write lock up front, so two writers wait on the
+                # busy timeout instead of deadlocking on a read->write upgrade.
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield conn.cursor()
+                except BaseException:
+                    if conn.in_transaction:  # SQLite rolls some failures (a full disk) back itself
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise
+                # a full disk or an I/O error: the database is as it was before this transaction
+                raise StorageError.of(exc, self.path, "could not write to the run store") from exc
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
         with self._lock:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,13 +37,16 @@ from wmrl.core.anchors import AnchorConfig, AnchorScheduler
 from wmrl.core.archive import load_trajectories, referenced
 from wmrl.core.domain import Domain
 from wmrl.core.engine import Engine, EngineConfig
+from wmrl.core.errors import Interrupted, StorageError
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.interfaces import Policy
 from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
-from wmrl.core.replay import batch_name, eval_key, group_id, train_key
+from wmrl.core.replay import StoredReplay, batch_name, eval_key, group_id, train_key
 from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
+from wmrl.core.run_lock import RunLock
+from wmrl.core.signals import StopRequests
 from wmrl.core.store import AnchorPair, ExecutionRecord, RunStore
 from wmrl.core.types import SPLITS, Estimate, Group, Outcome, Task, Trajectory
 from wmrl.core.validation import validate_config
@@ -66,12 +70,15 @@ class TrainerConfig:
     eval_samples: int = 4  # real episodes per held-out task per evaluation
     eval_splits: list[str] = field(default_factory=lambda: ["test_id", "test_ood"])
     checkpoint_every: int = 5
+    checkpoint_keep: int = 3  # newest checkpoints kept (a damaged one falls back to the one before); 0: all
     seed: int = 0
 
     def validate(self) -> None:
         for name in ("steps", "groups_per_step", "group_size", "ppo_epochs", "eval_samples", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"trainer.{name} must be >= 1")
+        if self.checkpoint_keep < 0:
+            raise ValueError("trainer.checkpoint_keep must be >= 0 (0: keep every checkpoint)")
         if isinstance(self.micro_batch, bool) or not isinstance(self.micro_batch, int) or self.micro_batch < 0:
             raise ValueError(f"trainer.micro_batch must be an integer >= 0 (0: the whole step at once), got {self.micro_batch!r}")
         if self.group_size < 2:
@@ -111,6 +118,16 @@ class Trainer:
         self.run_id = run_id
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self.lock = RunLock(self.dir)  # one writer per run directory
+        try:
+            self._open(domain, trainer, estimator, anchors, engine, world_model, tensorboard, checkpoint)
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def _open(self, domain: Domain, trainer: TrainerConfig, estimator: EstimatorConfig, anchors: AnchorConfig,
+              engine: EngineConfig, world_model: WorldModelConfig | None, tensorboard: bool,
+              checkpoint: str | None) -> None:
         self.policy = domain.make_policy(trainer.seed)
         if trainer.objective.ratio == "token" and not has_token_log_probs(self.policy):
             raise ValueError(f"trainer.objective.ratio=token needs per-token log-probabilities and "
@@ -133,7 +150,7 @@ class Trainer:
         self.store = RunStore(self.dir / "store.sqlite")
         self.archive = domain.make_archive(self.dir)
         if self.archive.writes_files:  # what a crash left between archive and store goes first
-            for location in self.archive.recover(referenced(r.payload for r in self.store.executions(run_id))):
+            for location in self.archive.recover(referenced(r.payload for r in self.store.executions(self.run_id))):
                 log.warning("removed %s: archived by a run that crashed before storing it", location)
         self.generator = torch.Generator().manual_seed(trainer.seed)
         self.train_tasks = domain.tasks("train")
@@ -183,37 +200,57 @@ class Trainer:
 
     def save(self) -> Path:
         # the runtime's state_dict waits for queued fits: a checkpoint holds a finished fit, not one half-way
-        return self.engine.save(self.dir / "checkpoints", f"step{self.step:06d}", self._client_state())
+        return self.engine.save(self.dir / "checkpoints", f"step{self.step:06d}", self._client_state(),
+                                keep=self.cfg.checkpoint_keep)
 
     # ------------------------------------------------------------------ real execution
     def _real(self, tasks: Sequence[Task], keys: Sequence[str], step: int, generator, greedy=False):
-        """Roll episodes out in the real environment, reusing any already stored under `keys`."""
-        stored = self.store.get_executions(keys)
-        todo = [i for i, k in enumerate(keys) if k not in stored]
+        """Roll episodes out in the real environment, reusing any already stored under `keys`.
+
+        The whole batch goes through the rollout either way (`StoredReplay` plays the
+        stored ones back), so the generator advances as it did the first time; each
+        fresh episode is archived and committed the moment it ends.
+        """
+        found = self.store.get_executions(keys)
+        have = [i for i, k in enumerate(keys) if k in found]
+        out: list[Trajectory | None] = [None] * len(keys)
+        for i, traj in zip(have, load_trajectories([found[keys[i]].payload for i in have], self.dir,
+                                                   names=[keys[i] for i in have])):
+            out[i] = traj
+        stored = {i: out[i] for i in have}
+        fresh = 0
+
+        def commit(ended: list[tuple[int, Trajectory]]) -> None:
+            nonlocal fresh
+            ended = [(i, t) for i, t in ended if i not in stored]
+            if not ended:
+                return
+            for i, traj in ended:
+                traj.real = self._outcome(traj)
+                out[i] = traj
+            # archive first, store second: a crash between them leaves only unreferenced archive data
+            try:
+                payloads = self.archive.write(batch_name(keys[ended[0][0]]), [t for _, t in ended])
+            except OSError as exc:
+                raise StorageError.of(exc, self.dir, "could not archive real episodes") from exc
+            self.store.put_executions([
+                ExecutionRecord(
+                    key=keys[i], run_id=self.run_id, step=step, task_id=traj.task.id, status=traj.real.status,
+                    reward=traj.real.reward, payload=payload, info={"turns": traj.turns},
+                )
+                for (i, traj), payload in zip(ended, payloads)
+            ])
+            fresh += len(ended)
+
         times = RolloutTimes()
-        fresh = rollout(
-            self.policy, self.env, [tasks[i] for i in todo], source="real",
-            max_turns=self.domain.max_turns, generator=generator, greedy=greedy, times=times,
+        rollout(
+            self.policy, StoredReplay(self.env, stored), tasks, source="real", max_turns=self.domain.max_turns,
+            generator=generator, greedy=greedy, times=times, on_done=commit,
         )
-        for traj in fresh:
-            traj.real = self._outcome(traj)
-        # archive first, store second: a crash between them leaves only unreferenced archive data
-        payloads = self.archive.write(batch_name(keys[todo[0]]), fresh) if fresh else []
-        self.store.put_executions([
-            ExecutionRecord(
-                key=keys[i], run_id=self.run_id, step=step, task_id=traj.task.id,
-                status=traj.real.status, reward=traj.real.reward, payload=payload, info={"turns": traj.turns},
-            )
-            for i, traj, payload in zip(todo, fresh, payloads)
-        ])
-        out: list[Trajectory] = [None] * len(keys)  # type: ignore[list-item]
-        for i, traj in zip(todo, fresh):
-            out[i] = traj
-        done = [i for i, k in enumerate(keys) if out[i] is None]
-        for i, traj in zip(done, load_trajectories([stored[keys[i]].payload for i in done], self.dir,
-                                                   names=[keys[i] for i in done])):
-            out[i] = traj
-        return out, times, len(todo)
+        missing = [keys[i] for i, t in enumerate(out) if t is None]
+        if missing:  # the rollout ends every episode it starts
+            raise RuntimeError(f"real rollout left {len(missing)} episodes unfinished, e.g. {missing[0]}")
+        return out, times, fresh
 
     def _outcome(self, traj: Trajectory) -> Outcome:
         try:
@@ -363,27 +400,38 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train(self, progress: bool = False) -> list[dict]:
-        """Train to `trainer.steps`, evaluating before, every `eval_every`, and after."""
+        """Train to `trainer.steps`, evaluating before, every `eval_every`, and after.
+
+        SIGINT or SIGTERM stops it after the step in progress, at a checkpoint: `Interrupted`
+        (`core/signals.py`); the same call again resumes exactly.
+        """
         from tqdm.auto import tqdm
 
-        if self.step == 0 and not self.history:
-            self._evaluate_all()
         bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not progress, desc="wmrl train", unit="step")
         try:
-            while self.step < self.cfg.steps:
-                step = self.step + 1
-                m = self.train_step(step)
-                self.step = step
-                ev = self.cfg.eval_every
-                if (ev and step % ev == 0) or step == self.cfg.steps:
-                    m.update({k: v for k, v in self._evaluate_all().items() if k.startswith("eval_")})
-                self.metrics.log(step, m)
-                if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps:
-                    self.save()
-                bar.update(1)
-                bar.set_postfix(
-                    {k: f"{m[k]:.3f}" for k in ("reward_estimated", "anchor_weight") if isinstance(m.get(k), float) and math.isfinite(m[k])}
-                )
+            with StopRequests() as stop:
+                if self.step == 0 and not self.history:
+                    self._evaluate_all()
+                while self.step < self.cfg.steps and stop.signum is None:
+                    step = self.step + 1
+                    m = self.train_step(step)
+                    self.step = step
+                    ev = self.cfg.eval_every
+                    if (ev and step % ev == 0) or step == self.cfg.steps:
+                        m.update({k: v for k, v in self._evaluate_all().items() if k.startswith("eval_")})
+                    self.metrics.log(step, m)
+                    if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps or stop.signum is not None:
+                        self.save()
+                    bar.update(1)
+                    bar.set_postfix({k: f"{m[k]:.3f}" for k in ("reward_estimated", "anchor_weight")
+                                     if isinstance(m.get(k), float) and math.isfinite(m[k])})
+                if stop.signum is not None and self.step < self.cfg.steps:
+                    if self.step == 0:
+                        self.save()  # the evaluation before training is kept too
+                    name = signal.Signals(stop.signum).name
+                    raise Interrupted(stop.signum, self.step, f"stopped by {name} after step {self.step} of "
+                                      f"{self.cfg.steps} (checkpoint {self.dir / 'checkpoints'}); run the same "
+                                      "command again to resume")
         finally:
             bar.close()
         return self.history
@@ -394,3 +442,4 @@ class Trainer:
         self.metrics.close()
         self.store.close()
         self.env.close()
+        self.lock.release()

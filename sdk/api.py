@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from wmrl.config import ConfigError, RunConfig, load_config, load_run_config, to_yaml
 from wmrl.core.engine import Engine
+from wmrl.core.files import write_atomic
 from wmrl.core.registry import DOMAINS
 from wmrl.core.trainer import Trainer
 from wmrl.evaluation import evaluate_run
@@ -26,6 +27,7 @@ class TrainResult:
     run_dir: Path
     history: list[dict]  # one row per evaluation: step, wall, real_wall, eval_<split>
     config: RunConfig
+    finished_before: bool = False  # the run had finished: this is its stored result, nothing ran
 
     @property
     def final(self) -> dict:
@@ -59,29 +61,35 @@ def _check_same_config(run_dir: Path, cfg: RunConfig) -> None:
 
 
 def train(cfg: Any = None, overrides: Sequence[str] = (), *, progress: bool = False) -> TrainResult:
-    """Train (or resume, if `run_dir` holds a checkpoint of the same run) and return the history."""
+    """Train (or resume, if `run_dir` holds a checkpoint of the same run) and return the history.
+
+    A run that already finished is not trained or evaluated again: its stored
+    result comes back (`TrainResult.finished_before`); raise `trainer.steps` to
+    train on, or use `evaluate` for a fresh evaluation.
+    """
     cfg = load_config(cfg, overrides)
     logging.getLogger("wmrl").setLevel(cfg.log_level)
     run_dir = Path(cfg.run_dir)
     _check_same_config(run_dir, cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    trainer = build_trainer(cfg)
+    trainer = build_trainer(cfg)  # takes the run directory's lock before anything is written
     try:
+        summary_path = run_dir / "summary.json"
+        if trainer.step >= cfg.trainer.steps and summary_path.exists():
+            summary = json.loads(summary_path.read_text())
+            return TrainResult(run_dir, summary["history"], cfg, finished_before=True)
+        write_atomic(run_dir / "config.yaml", to_yaml(cfg))
         history = trainer.train(progress=progress)
-        executions = trainer.store.count_executions(cfg.run_id)
-        pairs = trainer.store.count_anchor_pairs(cfg.run_id)
+        summary = {
+            "domain": cfg.domain.name,
+            "mode": cfg.estimator.mode,
+            "steps": cfg.trainer.steps,
+            "real_executions": trainer.store.count_executions(cfg.run_id),
+            "anchor_pairs": trainer.store.count_anchor_pairs(cfg.run_id),
+            "history": history,
+        }
+        write_atomic(summary_path, json.dumps(summary, indent=2))
     finally:
         trainer.close()
-    summary = {
-        "domain": cfg.domain.name,
-        "mode": cfg.estimator.mode,
-        "steps": cfg.trainer.steps,
-        "real_executions": executions,
-        "anchor_pairs": pairs,
-        "history": history,
-    }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     return TrainResult(run_dir, history, cfg)
 
 

@@ -12,12 +12,15 @@
                                           the VLA pipeline: collect | bc | eval | demo (all three + report)
 
 Configuration mistakes exit with status 2 and one line that says what to fix,
-never a traceback.
+never a traceback; so do a full disk, damaged checkpoints and a run directory
+another process holds (status 1). SIGINT / SIGTERM stop `train` after the step
+in progress, at a checkpoint (status 130 / 143); the same command resumes.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import logging
 import os
@@ -71,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from wmrl.config import ConfigError, resolve_config_path
+    from wmrl.core.errors import CheckpointError, Interrupted, RunLocked, StorageError
 
     try:
         if args.cmd == "train":
@@ -78,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
             from wmrl.report import write_report
 
             res = train(args.config, args.overrides, progress=not args.no_progress)
+            if res.finished_before:
+                print(f"{res.run_dir} finished its {res.config.trainer.steps} steps before; its stored result "
+                      "(nothing ran: `wmrl eval RUN_DIR` evaluates it afresh, a larger trainer.steps trains on):")
             print(json.dumps({"run_dir": str(res.run_dir), "final": res.final}))
             if not args.no_report:
                 print(f"report: {write_report(res.run_dir)}")
@@ -129,6 +136,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, FileNotFoundError, KeyError) as exc:
         print(f"wmrl {args.cmd}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
+    except Interrupted as exc:
+        print(f"wmrl {args.cmd}: {exc}", file=sys.stderr)
+        return 128 + exc.signum
+    except (StorageError, CheckpointError, RunLocked) as exc:
+        print(f"wmrl {args.cmd}: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"wmrl {args.cmd}: error: {StorageError.of(exc, exc.filename or os.getcwd(), 'could not write')}",
+              file=sys.stderr)
+        return 1
     return 0
 
 

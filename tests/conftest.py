@@ -1,9 +1,16 @@
-"""Shared fixtures: a tiny causal LM and its tokenizer, built here (no Hub download) and saved as a model folder."""
+"""Shared fixtures: a tiny causal LM and its tokenizer, built here (no Hub download) and saved as a model folder;
+the embedded AutoResearch agent, built once per session (the agent tests and the durability tests use it)."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import pytest
 import torch
+
+from wmrl.domains.autoresearch.agent import AgentConfig, build_default_agent
+from wmrl.domains.autoresearch.corpus import TaskSpec
 
 CUE = "<|assistant|>"
 TEXTS = [f"<|user|>\ntask {i}: fit a model to column y{i % 3}\n{CUE}\nimport numpy as np\nprint({i})\n<|end|>"
@@ -36,3 +43,41 @@ def tiny_lm(tmp_path_factory):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return tokenizer, model, path
+
+
+# ----------------------------------------------------------------------------- the embedded agent
+
+TASKS = [
+    (TaskSpec("classification", ("species",), "accuracy"),
+     "Task: iris-species. Predict the iris species (0, 1 or 2) from four flower measurements.\n"
+     "Target column: species. Metric: accuracy.\nWrite submission.csv with one column `prediction`."),
+    (TaskSpec("classification", ("diagnosis",), "roc_auc", ("prediction",)),
+     "Task: tumour-diagnosis. Predict whether a tumour is malignant from 30 cell-nucleus features.\n"
+     "Target column: diagnosis. Metric: roc_auc.\nWrite submission.csv with one column `prediction`: "
+     "the probability that diagnosis is 1."),
+    (TaskSpec("classification", ("cultivar",), "log_loss", ("p_0", "p_1", "p_2")),
+     "Task: wine-cultivar. Predict the cultivar of a wine from 13 chemical measurements.\n"
+     "Target column: cultivar. Metric: log_loss.\nWrite submission.csv with columns p_0, p_1, p_2: the class probabilities."),
+    (TaskSpec("classification", ("digit",), "macro_f1"),
+     "Task: digits. Recognise handwritten digits from 8x8 pixel intensities.\n"
+     "Target column: digit. Metric: macro_f1.\nWrite submission.csv with one column `prediction`."),
+    (TaskSpec("regression", ("progression",), "rmse"),
+     "Task: diabetes-progression. Predict disease progression a year after baseline from ten measurements.\n"
+     "Target column: progression. Metric: rmse.\nWrite submission.csv with one column `prediction`."),
+    (TaskSpec("multioutput", ("weight", "waist"), "r2"),
+     "Task: linnerud. Predict the physiological measurements weight and waist from three exercise counts.\n"
+     "Target columns: weight, waist. Metric: r2.\nWrite submission.csv with one column per target."),
+]
+# The default 1.2M-parameter agent. Its SFT is bounded by steps (6 epochs ~ 560 steps, ~2 minutes on 2 free cores),
+# not by the clock: the CPU here is shared, and a clock-bounded run on a busy machine would train less and
+# make the parse-rate test flaky. max_minutes is only the safety cap.
+TEST_CONFIG = dataclasses.replace(AgentConfig(), epochs=6)  # the default architecture, step-bounded
+BUILD = dict(specs_and_prompts=TASKS, n_examples=3000, seed=0, max_minutes=4.0, config=TEST_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def agent(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("agents")
+    t0 = time.perf_counter()
+    path = build_default_agent(cache, **BUILD)
+    return cache, path, time.perf_counter() - t0

@@ -12,7 +12,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import ast
 import contextlib
-import dataclasses
 import io
 import subprocess
 import sys
@@ -37,27 +36,8 @@ from wmrl.domains.autoresearch.corpus import (
 )
 from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 
-TASKS = [
-    (TaskSpec("classification", ("species",), "accuracy"),
-     "Task: iris-species. Predict the iris species (0, 1 or 2) from four flower measurements.\n"
-     "Target column: species. Metric: accuracy.\nWrite submission.csv with one column `prediction`."),
-    (TaskSpec("classification", ("diagnosis",), "roc_auc", ("prediction",)),
-     "Task: tumour-diagnosis. Predict whether a tumour is malignant from 30 cell-nucleus features.\n"
-     "Target column: diagnosis. Metric: roc_auc.\nWrite submission.csv with one column `prediction`: "
-     "the probability that diagnosis is 1."),
-    (TaskSpec("classification", ("cultivar",), "log_loss", ("p_0", "p_1", "p_2")),
-     "Task: wine-cultivar. Predict the cultivar of a wine from 13 chemical measurements.\n"
-     "Target column: cultivar. Metric: log_loss.\nWrite submission.csv with columns p_0, p_1, p_2: the class probabilities."),
-    (TaskSpec("classification", ("digit",), "macro_f1"),
-     "Task: digits. Recognise handwritten digits from 8x8 pixel intensities.\n"
-     "Target column: digit. Metric: macro_f1.\nWrite submission.csv with one column `prediction`."),
-    (TaskSpec("regression", ("progression",), "rmse"),
-     "Task: diabetes-progression. Predict disease progression a year after baseline from ten measurements.\n"
-     "Target column: progression. Metric: rmse.\nWrite submission.csv with one column `prediction`."),
-    (TaskSpec("multioutput", ("weight", "waist"), "r2"),
-     "Task: linnerud. Predict the physiological measurements weight and waist from three exercise counts.\n"
-     "Target columns: weight, waist. Metric: r2.\nWrite submission.csv with one column per target."),
-]
+from conftest import BUILD, TASKS, TEST_CONFIG  # noqa: E402 - the session's agent is built from them
+
 # every submission shape: labels, binary and multiclass probabilities, regression, both multioutput kinds
 SPECS = [spec for spec, _ in TASKS] + [
     TaskSpec("classification", ("label",), "roc_auc", ("p_0", "p_1", "p_2")),
@@ -66,11 +46,6 @@ SPECS = [spec for spec, _ in TASKS] + [
     TaskSpec("regression", ("y",), "r2"),
     TaskSpec("multioutput", ("a", "b"), "accuracy"),
 ]
-# The default 1.2M-parameter agent. Its SFT is bounded by steps (6 epochs ~ 560 steps, ~2 minutes on 2 free cores),
-# not by the clock: the CPU here is shared, and a clock-bounded run on a busy machine would train less and
-# make the parse-rate test flaky. max_minutes is only the safety cap.
-TEST_CONFIG = dataclasses.replace(AgentConfig(), epochs=6)  # the default architecture, step-bounded
-BUILD = dict(specs_and_prompts=TASKS, n_examples=3000, seed=0, max_minutes=4.0, config=TEST_CONFIG)
 
 
 def _parses(code: str | None) -> bool:
@@ -285,14 +260,6 @@ def test_prompt_and_multi_turn_format():
 
 
 # ----------------------------------------------------------------------------- the built agent
-
-
-@pytest.fixture(scope="session")
-def agent(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("agents")
-    t0 = time.perf_counter()
-    path = build_default_agent(cache, **BUILD)
-    return cache, path, time.perf_counter() - t0
 
 
 @pytest.fixture(scope="session")

@@ -54,8 +54,8 @@ def test_episode_runs_code_for_real_and_feeds_the_sandbox_report_back(suite, env
 
 def test_sandbox_infrastructure_failure_is_unknown_not_zero(suite):
     class BrokenPool(SandboxPool):
-        def run_many(self, jobs, outputs=()):
-            return [ExecResult("infra", None, "", "", 0.0, "zygote died") for _ in jobs]
+        def run_each(self, jobs, outputs=()):
+            return ((i, ExecResult("infra", None, "", "", 0.0, "zygote died")) for i in range(len(jobs)))
 
     e = AutoResearchEnv(BrokenPool(1), turns=1)
     try:

@@ -55,14 +55,11 @@ class HangingWorldModel(ProgramWorldModel):
 class FlakyEnv(ProgramEnv):
     """Sandbox infrastructure failure on every 5th execution; an out-of-range reward on every 7th."""
 
-    def step(self, actions):
-        out = super().step(actions)
-        for i, tr in enumerate(out):
-            if tr is not None and i % 5 == 0:
-                out[i] = Transition(None, None, True, info={"status": "infra"})
-            elif tr is not None and i % 7 == 0:
-                out[i] = Transition(None, 3.5, True, info={"status": "ok"})
-        return out
+    def step_each(self, actions):
+        for arrived in super().step_each(actions):
+            yield [(i, Transition(None, None, True, info={"status": "infra"}) if i % 5 == 0
+                    else Transition(None, 3.5, True, info={"status": "ok"}) if i % 7 == 0 else tr)
+                   for i, tr in arrived]
 
 
 def _run(tmp_path, wm_cls=ProgramWorldModel, env_cls=ProgramEnv, mode="wmrl", steps=6, wm_timeout_s=0.0):

@@ -28,9 +28,9 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
-from wmrl.core.interfaces import RealEnv
+from wmrl.core.interfaces import RealEnv, gather_steps
 from wmrl.core.types import Task, Transition
 from wmrl.domains.autoresearch.grader import grade_bytes, submission_cap
 from wmrl.domains.autoresearch.episodes import Episodes
@@ -87,38 +87,51 @@ class AutoResearchEnv(RealEnv):
                              disk_mb=max(64, self.memory_mb // 4), max_result_bytes=submission_cap(task))
 
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
-        out: list[Transition | None] = [None] * len(actions)
-        jobs, job_idx = [], []
-        codes: dict[int, str | None] = {}
+        return gather_steps(self.step_each(actions), len(actions))
+
+    def step_each(self, actions: Sequence[Any | None]) -> Iterator[list[tuple[int, Transition]]]:
+        """Replies without code and host-side failures first, then each program's turn as its run finishes."""
+        now: list[tuple[int, Transition]] = []
+        jobs, job_idx, replies = [], [], {}
         for i, reply in enumerate(actions):
             if reply is None:
                 continue
             self.episodes.begin_turn(i)
             try:
-                codes[i] = extract_code(reply)
-                if codes[i] is not None:
-                    jobs.append(Job(codes[i], self._inputs_of(self._task(i)), self._limits(self._task(i))))
+                code = extract_code(reply)
+                if code is None:
+                    now.append((i, self._settled(i, reply, None, None)))
+                else:
+                    jobs.append(Job(code, self._inputs_of(self._task(i)), self._limits(self._task(i))))
                     job_idx.append(i)
+                    replies[i] = (reply, code)
             except Exception as e:  # noqa: BLE001 - one episode's host-side failure costs that episode only
-                out[i] = self._unknown(i, reply, f"host-side error before the run: {type(e).__name__}: {e}")
-        results = dict(zip(job_idx, self._run(jobs)))
-        for i, reply in enumerate(actions):
-            if reply is None or out[i] is not None:
-                continue
-            try:
-                out[i] = self._transition(i, reply, codes[i], results.get(i))
-            except Exception as e:  # noqa: BLE001
-                out[i] = self._unknown(i, reply, f"host-side error after the run: {type(e).__name__}: {e}")
-        return out
+                now.append((i, self._unknown(i, reply, f"host-side error before the run: {type(e).__name__}: {e}")))
+        if now:
+            yield now
+        for j, result in self._run(jobs):
+            i = job_idx[j]
+            yield [(i, self._settled(i, *replies[i], result))]
 
-    def _run(self, jobs: list[Job]) -> list[ExecResult]:
-        if not jobs:
-            return []
+    def _run(self, jobs: list[Job]) -> Iterator[tuple[int, ExecResult]]:
+        done: set[int] = set()
         try:
-            return self.pool.run_many(jobs, outputs=[SUBMISSION_FILE])
-        except Exception as e:  # noqa: BLE001 - a broken pool costs this batch's grades, not the run
-            log.error("autoresearch env: the sandbox pool failed on a batch of %d: %s: %s", len(jobs), type(e).__name__, e)
-            return [ExecResult("infra", None, "", "", 0.0, f"sandbox pool failed: {type(e).__name__}: {e}")] * len(jobs)
+            for j, result in self.pool.run_each(jobs, outputs=[SUBMISSION_FILE]):
+                done.add(j)
+                yield j, result
+        except Exception as e:  # noqa: BLE001 - a broken pool costs the grades still outstanding, not the run
+            log.error("autoresearch env: the sandbox pool failed with %d of %d runs outstanding: %s: %s",
+                      len(jobs) - len(done), len(jobs), type(e).__name__, e)
+            failed = ExecResult("infra", None, "", "", 0.0, f"sandbox pool failed: {type(e).__name__}: {e}")
+            for j in range(len(jobs)):
+                if j not in done:
+                    yield j, failed
+
+    def _settled(self, i: int, reply: str, code: str | None, result: ExecResult | None) -> Transition:
+        try:
+            return self._transition(i, reply, code, result)
+        except Exception as e:  # noqa: BLE001
+            return self._unknown(i, reply, f"host-side error after the run: {type(e).__name__}: {e}")
 
     def _transition(self, i: int, reply: str, code: str | None, result: ExecResult | None) -> Transition:
         task = self._task(i)

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from wmrl.core.domain import Domain
-from wmrl.core.interfaces import Policy, RealEnv, WorldModel
+from wmrl.core.interfaces import Policy, RealEnv, WorldModel, gather_steps
 from wmrl.core.registry import DOMAINS
 from wmrl.core.types import SPLITS, Task, Trajectory, Transition
 from wmrl.core.validation import at_least
@@ -108,13 +108,16 @@ class ProgramEnv(RealEnv):
         return [t.payload for t in self._tasks]
 
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
+        return gather_steps(self.step_each(actions), len(actions))
+
+    def step_each(self, actions: Sequence[Any | None]) -> Iterator[list[tuple[int, Transition]]]:
+        """`capacity` executions at a time, each wave reported when it finishes (as a pool would)."""
         live = [i for i, a in enumerate(actions) if a is not None]
-        self.cost.pay([f"{self._tasks[i].id}:{','.join(map(str, actions[i]))}" for i in live])
-        out: list[Transition | None] = [None] * len(actions)
-        for i in live:
-            r = self.world.reward(self._tasks[i].payload, np.asarray(actions[i]))
-            out[i] = Transition(None, r, True, info={"status": "ok"})
-        return out
+        for w in range(0, len(live), self.capacity):
+            wave = live[w : w + self.capacity]
+            self.cost.pay([f"{self._tasks[i].id}:{','.join(map(str, actions[i]))}" for i in wave])
+            yield [(i, Transition(None, self.world.reward(self._tasks[i].payload, np.asarray(actions[i])), True,
+                                  info={"status": "ok"})) for i in wave]
 
 
 class ProgramWorldModel(WorldModel):

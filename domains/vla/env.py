@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import signal
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ class VLAEnvConfig:
 
 def _worker(conn, cfg: VLAEnvConfig) -> None:
     """A worker's loop: reset / step / close requests on `conn`, one reply each."""
+    # Ctrl-C reaches the terminal's whole process group: the trainer decides when to stop, not its workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("MUJOCO_GL", "egl")
     from wmrl.domains.vla.sim import Simulator
 

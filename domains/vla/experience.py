@@ -39,6 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from wmrl.core.archive import ArchivedEpisode, EpisodeArchive, skeleton
+from wmrl.core.files import fsync_dir, fsync_tree
 from wmrl.core.types import Trajectory
 from wmrl.domains.vla.dataset import ACTION_KEY, ACTION_NAMES, IMAGE_KEY, STATE_KEY, STATE_NAMES
 
@@ -82,22 +83,6 @@ def _fits(traj: Trajectory, features: dict[str, dict]) -> bool:
                 or (action.size,) != features[ACTION_KEY]["shape"]:
             return False
     return True
-
-
-def _fsync_tree(path: Path) -> None:
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                os.fsync(f.fileno())
-    _fsync_dir(path)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class LeRobotArchive(EpisodeArchive):
@@ -157,9 +142,9 @@ class LeRobotArchive(EpisodeArchive):
                     })
                 ds.save_episode()
             ds.finalize()
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         os.rename(tmp, final)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
 
     def recover(self, keep: set[str]) -> list[str]:
         removed = []

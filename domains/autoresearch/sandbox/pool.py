@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from .limits import SandboxLimits
 from .result import ExecResult
@@ -44,17 +44,27 @@ class SandboxPool:
         A job whose host-side handling raises becomes an "infra" result of its own;
         the other jobs of the batch are unaffected.
         """
-        futures = [self._executor.submit(self.sandbox.run, job.code, job.inputs, outputs=outputs, limits=job.limits)
-                   for job in jobs]
-        results = []
-        for i, f in enumerate(futures):
-            try:
-                results.append(f.result())
-            except Exception as e:  # noqa: BLE001 - one bad job costs one result
-                log.warning("sandbox pool: job %d of %d failed on the host side: %s: %s", i, len(jobs),
-                            type(e).__name__, e)
-                results.append(ExecResult("infra", None, "", "", 0.0, f"host-side error: {type(e).__name__}: {e}"))
-        return results
+        results: list[ExecResult | None] = [None] * len(jobs)
+        for i, result in self.run_each(jobs, outputs=outputs):
+            results[i] = result
+        return results  # type: ignore[return-value]
+
+    def run_each(self, jobs: Sequence[Job], *, outputs: Sequence[str] = ()) -> Iterator[tuple[int, ExecResult]]:
+        """`run_many`, yielding (job index, result) as each job finishes, so a caller can store it at once."""
+        futures = {self._executor.submit(self.sandbox.run, job.code, job.inputs, outputs=outputs, limits=job.limits): i
+                   for i, job in enumerate(jobs)}
+        try:
+            for f in as_completed(futures):
+                i = futures[f]
+                try:
+                    yield i, f.result()
+                except Exception as e:  # noqa: BLE001 - one bad job costs one result
+                    log.warning("sandbox pool: job %d of %d failed on the host side: %s: %s", i, len(jobs),
+                                type(e).__name__, e)
+                    yield i, ExecResult("infra", None, "", "", 0.0, f"host-side error: {type(e).__name__}: {e}")
+        finally:  # a caller that stops early leaves no queued job behind to run for nothing
+            for f in futures:
+                f.cancel()
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
