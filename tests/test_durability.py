@@ -21,7 +21,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import torch
 
 from wmrl.api import resumed_trainer
