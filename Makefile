@@ -26,7 +26,7 @@ sysdeps:
 	if [ -n "$$missing" ]; then \
 	  echo "make: installing system packages for offscreen rendering and video decoding: $$missing (apt-get)"; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
-	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 $(STAMP): pyproject.toml | sysdeps

@@ -40,7 +40,7 @@ SECTIONS = (
     ("wm-autoresearch-full.json", "wm", "World-model fidelity: AutoResearch, learned predictors"),
     ("wm-autoresearch-llm-full.json", "wm", "World-model fidelity: AutoResearch, LLM outcome predictor (one seed)"),
     ("wm-synthetic-control-full.json", "wm", "World-model fidelity: synthetic control"),
-    ("sandbox.json", "sandbox", "Sandbox: per-execution overhead and pool throughput"),
+    ("sandbox.json", "sandbox", "Sandbox: per-execution overhead, pool throughput, cost of durable commits"),
     ("hostile.json", "hostile", "Sandbox: hostile programs against the trusted side"),
     ("rollout-full.json", "rollout", "Generation throughput (CPU)"),
 )

@@ -12,12 +12,16 @@ from call to return, isolation included):
   round so machine drift hits both alike; the figure is the median over rounds
   of each round's median, and the spread is max - min over rounds;
 * pool throughput (executions/s of a short scikit-learn script) for
-  slots = 1, 2, ..., os.cpu_count() through the zygote.
+  slots = 1, 2, ..., os.cpu_count() through the zygote;
+* what durability costs: the pool's executions/s when each execution is
+  committed to the run store (SQLite, WAL, synchronous=FULL: an fsync per
+  commit) the moment it finishes, as the trainer does, against one commit for
+  the whole batch once it is done; same jobs, rounds interleaved.
 
 Options (`wmrl bench sandbox --help`): `repeats=N` (3), `n=N` (10),
 `pool_jobs=N` (jobs per slot, 20), `slots=1,2,4` (default 1..cpu_count),
-`out=PATH` (bench/out/sandbox.json).
-The default run takes about 1.5 minutes on 2 cores. Needs root (see the
+`commit_rounds=N` (5), `out=PATH` (bench/out/sandbox.json).
+The default run takes about 2.5 minutes on 2 cores. Needs root (see the
 sandbox module); a run that is not "ok" aborts the benchmark.
 """
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import platform
 import shutil
 import statistics
@@ -35,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wmrl.bench.harness import write_result
+from wmrl.core.store import ExecutionRecord, RunStore
 from wmrl.domains.autoresearch.sandbox import Job, Sandbox, SandboxLimits, SandboxPool
 from wmrl.registry import register_benchmark
 
@@ -141,17 +147,60 @@ def _throughput(work: Path, slot_list: list[int], jobs_per_slot: int) -> list[di
     return rows
 
 
+def _commit_cost(work: Path, rounds: int, jobs_per_round: int) -> dict:
+    """Pool executions/s with a store commit per execution as it finishes vs one commit per batch."""
+    store = RunStore(work / "store.sqlite")
+    slots = os.cpu_count() or 1
+    rates: dict[str, list[float]] = {"each": [], "batch": []}
+    commit_ms: list[float] = []
+
+    def record(key: str, r) -> ExecutionRecord:
+        return ExecutionRecord(key, "bench", 0, "t", r.status, 1.0 if r.status == "ok" else 0.0,
+                               pickle.dumps((r.stdout, r.stderr, r.wall_s)), {"wall_s": r.wall_s})
+
+    try:
+        with SandboxPool(slots=slots, limits=LIMITS) as pool:
+            d = work / "commits"
+            d.mkdir()
+            pool.run_many([Job(SKLEARN_SHORT, d) for _ in range(slots)])  # zygote start-up and warm-up
+            for rnd in range(rounds):
+                for mode in (("each", "batch") if rnd % 2 == 0 else ("batch", "each")):
+                    jobs = [Job(SKLEARN_SHORT, d) for _ in range(jobs_per_round)]
+                    t0 = time.perf_counter()
+                    done = []
+                    for i, r in pool.run_each(jobs):
+                        if r.status != "ok":
+                            raise RuntimeError(f"pool execution failed: {r.status} {r.detail}")
+                        if mode == "each":
+                            c0 = time.perf_counter()
+                            store.put_executions([record(f"{rnd}/{mode}/{i}", r)])
+                            commit_ms.append((time.perf_counter() - c0) * 1e3)
+                        else:
+                            done.append(record(f"{rnd}/{mode}/{i}", r))
+                    store.put_executions(done)
+                    rates[mode].append(jobs_per_round / (time.perf_counter() - t0))
+    finally:
+        store.close()
+    each, batch = _median(rates["each"]), _median(rates["batch"])
+    return {"slots": slots, "rounds": rounds, "executions_per_round": jobs_per_round,
+            "each": {"executions_per_s": each, "round_rates": rates["each"]},
+            "batch": {"executions_per_s": batch, "round_rates": rates["batch"]},
+            "each_over_batch": each / batch, "commit_median_ms": _median(commit_ms),
+            "commit_p90_ms": float(sorted(commit_ms)[int(0.9 * (len(commit_ms) - 1))])}
+
+
 @dataclass
 class SandboxOptions:
     repeats: int = field(default=3, metadata={"help": "rounds; the figure is the median over rounds"})
     n: int = field(default=10, metadata={"help": "executions per round and path"})
     pool_jobs: int = field(default=20, metadata={"help": "pool jobs per slot"})
     slots: str | None = field(default=None, metadata={"help": "comma-separated slot counts (default 1..cpu_count)"})
+    commit_rounds: int = field(default=5, metadata={"help": "interleaved rounds of the commit-cost comparison"})
     out: str = field(default="bench/out/sandbox.json", metadata={"help": "JSON path"})
 
     def validate(self) -> None:
-        if min(self.repeats, self.n, self.pool_jobs) < 1:
-            raise ValueError("repeats, n and pool_jobs must be >= 1")
+        if min(self.repeats, self.n, self.pool_jobs, self.commit_rounds) < 1:
+            raise ValueError("repeats, n, pool_jobs and commit_rounds must be >= 1")
 
 
 @register_benchmark("sandbox", options=SandboxOptions)
@@ -166,6 +215,7 @@ def run(opts: SandboxOptions, _: list[str]) -> Path:
     try:
         latency = _latency(work, repeats, n)
         throughput = _throughput(work, slot_list, opts.pool_jobs)
+        commits = _commit_cost(work, opts.commit_rounds, opts.pool_jobs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     import numpy
@@ -179,6 +229,7 @@ def run(opts: SandboxOptions, _: list[str]) -> Path:
         "executions_per_repeat": n,
         "latency": latency,
         "pool_throughput": throughput,
+        "commit_cost": commits,
         "machine": {
             "cpu_count": cpus, "platform": platform.platform(), "python": sys.version.split()[0],
             "numpy": numpy.__version__, "sklearn": sklearn.__version__,
@@ -201,6 +252,15 @@ def table(result: dict) -> str:
     lines += ["", "| pool slots | executions/s | vs 1 slot |", "|---:|---:|---:|"]
     lines += [f"| {r['slots']} | {r['executions_per_s']:.1f} | {r['speedup_vs_1_slot_rate']:.2f}x |"
               for r in result["pool_throughput"]]
+    c = result.get("commit_cost")
+    if c:
+        lines += ["", f"Durability: {c['slots']} slots, {c['executions_per_round']} executions a round, "
+                  f"{c['rounds']} rounds interleaved; a commit is one SQLite transaction with an fsync", "",
+                  "| store commits | executions/s | commit (ms, median / p90) |", "|---|---:|---:|",
+                  f"| one per execution, as it finishes | {c['each']['executions_per_s']:.2f} | "
+                  f"{c['commit_median_ms']:.2f} / {c['commit_p90_ms']:.2f} |",
+                  f"| one per batch | {c['batch']['executions_per_s']:.2f} | |",
+                  f"| per execution / per batch | {c['each_over_batch']:.3f}x | |"]
     return "\n".join(lines) + "\n"
 
 

@@ -3,9 +3,11 @@
     python tests/durability_harness.py KILL [--ledger FILE] -- wmrl-args...
 
 KILL is where the process dies, by SIGKILL to itself, so nothing of wmrl's own
-runs after that point:
+runs after that point (or, for term/int, where it is sent a stop signal):
     none                     run to the end
     commit:PREFIX[:N]        right after the N-th (default 1st) store commit of an execution keyed PREFIX...
+    term:PREFIX[:N]          SIGTERM to itself at that point instead (the run is asked to stop, not killed)
+    int:PREFIX[:N]           SIGINT likewise (Ctrl-C)
     checkpoint:TAG:staged    after DeepSpeed wrote checkpoint TAG, before it is published
     checkpoint:TAG:file      half-way through writing the first file of checkpoint TAG
 
@@ -22,11 +24,14 @@ import signal
 import sys
 
 
+SIGNALS = {"commit": signal.SIGKILL, "term": signal.SIGTERM, "int": signal.SIGINT}
+
+
 def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _kill_after_commit(prefix: str, n: int) -> None:
+def _signal_after_commit(prefix: str, n: int, signum: int) -> None:
     from wmrl.core.store import RunStore
 
     put, seen = RunStore.put_executions, [0]
@@ -36,7 +41,7 @@ def _kill_after_commit(prefix: str, n: int) -> None:
         if any(r.key.startswith(prefix) for r in records):
             seen[0] += 1
             if seen[0] == n:
-                _die()
+                os.kill(os.getpid(), signum)
         return out
 
     RunStore.put_executions = put_executions
@@ -61,9 +66,9 @@ def _kill_in_checkpoint(tag: str, phase: str) -> None:
             os.fsync(fh.fileno())
         _die()
 
-    def engine_save(self, directory, name, client_state):
+    def engine_save(self, directory, name, client_state, **kwargs):
         if name != tag:
-            return save(self, directory, name, client_state)
+            return save(self, directory, name, client_state, **kwargs)
         if phase == "file":
             armed[0] = True
         else:
@@ -74,7 +79,7 @@ def _kill_in_checkpoint(tag: str, phase: str) -> None:
                 _die()
 
             self._ds.save_checkpoint = staged
-        return save(self, directory, name, client_state)
+        return save(self, directory, name, client_state, **kwargs)
 
     torch.save = torn_save
     Engine.save = engine_save
@@ -105,9 +110,9 @@ def main(argv: list[str]) -> int:
     if "--ledger" in opts:
         _ledger(opts[opts.index("--ledger") + 1])
     kind, _, rest = kill.partition(":")
-    if kind == "commit":
+    if kind in SIGNALS:
         prefix, _, n = rest.partition(":")
-        _kill_after_commit(prefix, int(n or 1))
+        _signal_after_commit(prefix, int(n or 1), SIGNALS[kind])
     elif kind == "checkpoint":
         tag, _, phase = rest.partition(":")
         assert phase in ("staged", "file"), kill

@@ -146,7 +146,7 @@ def test_benchmark_options_are_typed_checked_and_listed_by_help(capsys):
         run_benchmark("speedup", ["seeds=many"])
     with pytest.raises(ConfigError, match="profile='medium': choose quick or full"):
         run_benchmark("wm", ["profile=medium"])
-    with pytest.raises(ConfigError, match="unknown option 'trainer.steps'; this benchmark's options are: n, out"):
+    with pytest.raises(ConfigError, match="unknown option 'trainer.steps'; this benchmark's options are: commit_rounds, n, out"):
         run_benchmark("sandbox", ["trainer.steps=3"])  # a benchmark that trains nothing takes no run-config keys
     with pytest.raises(ConfigError, match="write key=value"):
         run_benchmark("results", ["readme"])

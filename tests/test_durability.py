@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import pickle
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -132,7 +133,9 @@ def test_a_run_killed_anywhere_resumes_exactly_and_executes_nothing_twice(tmp_pa
 
     again = harness("none", _program_args(killed, tmp_path / "killed.ledger"))  # a finished run is not run again
     assert again.returncode == 0 and "finished its 6 steps before; its stored result" in again.stdout
-    assert json.loads(again.stdout.splitlines()[1])["final"] == json.loads((killed / "summary.json").read_text())["history"][-1]
+    lines = again.stdout.splitlines()  # DeepSpeed may print a line of its own first
+    stored = next(lines[i + 1] for i, line in enumerate(lines) if "finished its 6 steps before" in line)
+    assert json.loads(stored)["final"] == json.loads((killed / "summary.json").read_text())["history"][-1]
     assert collections.Counter((tmp_path / "killed.ledger").read_text().splitlines()) == ran_b
 
 
@@ -193,3 +196,129 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_one_before_and_the_run_st
     assert "resumed from checkpoint step000002 instead of step000004" in done.stderr
     assert_same_run(fingerprint(straight), fingerprint(damaged))
     assert _ledger(tmp_path / "b.ledger") == _ledger(tmp_path / "a.ledger")
+
+
+def test_sigterm_then_sigint_stop_at_a_checkpoint_with_a_message_and_the_run_resumes_exactly(tmp_path):
+    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+    train_with_kills([], _program_args(straight, tmp_path / "a.ledger", every=6))
+    for signal_kill, name, step, code in (("term:s2g:2", "SIGTERM", 2, 143), ("int:s4g", "SIGINT", 4, 130)):
+        done = harness(signal_kill, _program_args(stopped, tmp_path / "b.ledger", every=6))
+        # the step in progress finishes and is checkpointed although checkpoint_every is 6
+        assert done.returncode == code, done.stderr[-3000:]
+        assert f"{name} received: finishing the step in progress" in done.stderr
+        last = done.stderr.strip().splitlines()[-1]
+        assert last == (f"wmrl train: stopped by {name} after step {step} of 6 (checkpoint {stopped / 'checkpoints'}); "
+                        "run the same command again to resume")
+        assert "Traceback" not in done.stderr
+        assert (stopped / "checkpoints" / f"step{step:06d}" / "manifest.json").exists()
+    assert harness("none", _program_args(stopped, tmp_path / "b.ledger", every=6)).returncode == 0
+    assert_same_run(fingerprint(straight), fingerprint(stopped))
+    assert _ledger(tmp_path / "b.ledger") == _ledger(tmp_path / "a.ledger")  # a stop wastes no execution
+
+
+def test_a_second_process_on_a_run_directory_gets_one_line_and_a_dead_holders_lock_is_taken_over(tmp_path):
+    run = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom wmrl.core.run_lock import RunLock\n"
+                               f"RunLock({str(run)!r}); print('held', flush=True); time.sleep(600)"],
+                              stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        done = harness("none", _program_args(run, tmp_path / "ledger"))
+        assert done.returncode == 1
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith(f"wmrl train: error: {run} is in use by pid {holder.pid} on ")
+        assert "since " in line and "wait for it to finish, or stop it" in line
+        assert not (run / "store.sqlite").exists() and not _ledger(tmp_path / "ledger")  # it touched nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    done = harness("none", _program_args(run, tmp_path / "ledger"))  # killed: its lock is free, the run goes on
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((run / "summary.json").read_text())["history"][-1]["step"] == 6
+
+
+def test_a_full_disk_stops_the_run_with_one_line_and_it_resumes_exactly_once_space_is_freed(tmp_path):
+    """On a 64 MiB tmpfs of a private mount namespace, filled up after step 3 was stored."""
+    straight, copy, mnt = tmp_path / "straight", tmp_path / "full-copy", tmp_path / "mnt"
+    train_with_kills([], _program_args(straight, tmp_path / "a.ledger"))
+    mnt.mkdir()
+    run, out = mnt / "run", tmp_path / "out"
+    out.mkdir()
+
+    def step(kill: str, name: str) -> str:
+        argv = " ".join(shlex.quote(a) for a in [sys.executable, str(HARNESS), kill, "--", *_program_args(
+            run, tmp_path / "b.ledger")])
+        return f"{argv} >{out / name}.out 2>{out / name}.err; echo $? >{out / name}.rc"
+
+    script = "\n".join([
+        "set -u", f"mount -t tmpfs -o size=64m tmpfs {mnt}",
+        step("commit:s4g", "first"),  # dies inside step 4, after checkpoint 3
+        f"dd if=/dev/zero of={mnt}/ballast bs=64k 2>/dev/null; true",  # the disk is full now
+        step("none", "full"),
+        f"rm {mnt}/ballast",  # space freed
+        step("none", "freed"),
+        f"cp -a {run} {copy}",
+    ])
+    subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script], env=_env(), check=True,
+                   timeout=900)
+
+    def rc(name):
+        return int((out / f"{name}.rc").read_text())
+
+    assert rc("first") == 137
+    full = (out / "full.err").read_text()
+    assert rc("full") == 1, full[-3000:]
+    assert "Traceback" not in full
+    last = full.strip().splitlines()[-1]
+    assert last.startswith("wmrl train: error: ") and f" in {mnt}" in last and "the disk is full" in last
+    assert "nothing already stored is lost: free space and run the same command again to resume" in last
+    assert rc("freed") == 0, (out / "freed.err").read_text()[-3000:]
+    assert_same_run(fingerprint(straight), fingerprint(copy))
+    assert _ledger(tmp_path / "b.ledger") == _ledger(tmp_path / "a.ledger")
+
+
+STORE_ON_A_FULL_DISK = """
+import json, os, sqlite3, subprocess, sys
+from wmrl.core.errors import StorageError
+from wmrl.core.store import ExecutionRecord, RunStore
+
+mnt = sys.argv[1]
+store = RunStore(os.path.join(mnt, "store.sqlite"))
+payload = os.urandom(48 * 1024)  # incompressible, so the disk fills after a few dozen records
+
+def put(i):
+    store.put_executions([ExecutionRecord(f"k{i}", "run", 0, "t", "ok", 0.5, payload, {"i": i})])
+
+acked, error = 0, None
+try:
+    for i in range(10_000):
+        put(i)
+        acked = i + 1
+except StorageError as exc:
+    error = str(exc)
+stored_full = store.count_executions()
+subprocess.run(["mount", "-o", "remount,size=16m", mnt], check=True)  # space freed
+for i in range(acked, acked + 10):
+    put(i)
+store.close()
+with sqlite3.connect(os.path.join(mnt, "store.sqlite")) as db:
+    check = db.execute("PRAGMA integrity_check").fetchone()[0]
+    keys = {k for (k,) in db.execute("SELECT key FROM executions")}
+print(json.dumps({"acked": acked, "error": error, "stored_full": stored_full, "check": check,
+                  "keys": sorted(keys, key=lambda k: int(k[1:]))}))
+"""
+
+
+def test_the_store_on_a_full_disk_keeps_every_acknowledged_record_and_writes_again_once_space_is_freed(tmp_path):
+    """SQLite's own ENOSPC path, below the trainer: a 2 MiB tmpfs in a private mount namespace."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = f"mount -t tmpfs -o size=2m tmpfs {mnt} && exec {sys.executable} -c \"$0\" {mnt}"
+    done = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, STORE_ON_A_FULL_DISK],
+                          env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads(done.stdout.splitlines()[-1])
+    assert 5 <= res["acked"] < 10_000 and res["stored_full"] == res["acked"]  # the failed write added nothing
+    assert res["error"].startswith(f"could not write to the run store in {mnt / 'store.sqlite'}: the disk is full")
+    assert res["check"] == "ok"
+    assert res["keys"] == [f"k{i}" for i in range(res["acked"] + 10)]  # none lost, the writes go on

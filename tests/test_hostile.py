@@ -83,10 +83,9 @@ def test_a_grader_exception_costs_that_episode_only(env, task, monkeypatch, capl
     real = env_module.grade_bytes
 
     def flaky(t, data, problem=None):
-        if data is not None and b"0" in data and flaky.calls == 1:
-            flaky.calls += 1
-            raise RuntimeError("grader bug")
         flaky.calls += 1
+        if flaky.calls == 1:  # whichever program finishes first: the pool grades in finishing order
+            raise RuntimeError("grader bug")
         return real(t, data, problem)
 
     flaky.calls = 0
@@ -94,10 +93,13 @@ def test_a_grader_exception_costs_that_episode_only(env, task, monkeypatch, capl
     env.reset([task.to_task()] * 3)
     with caplog.at_level(logging.WARNING):
         first = env.step(_replies(task, 3))
-    assert _graded(first) == [("ok", True), ("infra", False), ("ok", True)]
-    assert first[1].done and "grader bug" in first[1].info["detail"] and "graded unknown" in caplog.text
-    second = env.step([_replies(task, 1)[0], None, _replies(task, 1)[0]])
-    assert second[1] is None and [t.info["status"] for t in (second[0], second[2])] == ["ok", "ok"]
+    graded = _graded(first)
+    bad = graded.index(("infra", False))
+    assert sorted(graded) == [("infra", False), ("ok", True), ("ok", True)]
+    assert first[bad].done and "grader bug" in first[bad].info["detail"] and "graded unknown" in caplog.text
+    again = [None if i == bad else r for i, r in enumerate(_replies(task, 3))]
+    second = env.step(again)
+    assert second[bad] is None and [t.info["status"] for i, t in enumerate(second) if i != bad] == ["ok", "ok"]
 
 
 def test_a_job_that_fails_on_the_host_costs_that_job_only(tmp_path, caplog):

@@ -678,3 +678,18 @@ def _here():
     with open("/proc/self/mountinfo") as a, open("/proc/self/cgroup") as b:
         version, base = locate(a.read(), b.read())
     return base, version
+
+
+def test_the_commit_cost_bench_stores_every_execution_once_on_both_sides(tmp_path):
+    from wmrl.bench.sandbox import _commit_cost
+    from wmrl.core.store import RunStore
+
+    res = _commit_cost(tmp_path, rounds=2, jobs_per_round=3)
+    assert len(res["each"]["round_rates"]) == len(res["batch"]["round_rates"]) == 2
+    assert res["commit_median_ms"] > 0 and res["each_over_batch"] > 0
+    store = RunStore(tmp_path / "store.sqlite")
+    try:  # 2 rounds x 2 sides x 3 executions, keyed by round, side and job: nothing lost, nothing twice
+        keys = sorted(r.key for r in store.executions("bench"))
+    finally:
+        store.close()
+    assert keys == sorted(f"{r}/{m}/{i}" for r in range(2) for m in ("each", "batch") for i in range(3))
