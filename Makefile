@@ -32,7 +32,7 @@ sysdeps:
 $(STAMP): pyproject.toml | sysdeps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH) -e ".[dev,autoresearch,vla]"
+	$(PY) -m pip install --quiet $(TORCH) -e ".[dev,autoresearch,vla,ray]"
 	$(PY) -m pip install --quiet --no-deps lerobot==0.4.4
 	touch $(STAMP)
 

@@ -29,7 +29,7 @@ from wmrl.registry import BenchmarkSpec, register_benchmark
 __all__ = ["BUILTIN_BENCHMARKS", "help_text", "parse_options", "register_benchmark", "run_benchmark"]
 
 #: modules of this package whose import registers a built-in benchmark
-BUILTIN_BENCHMARKS = ("speedup", "estimators", "wm", "sandbox", "hostile", "rollout", "vla", "results")
+BUILTIN_BENCHMARKS = ("speedup", "estimators", "wm", "sandbox", "hostile", "rollout", "scaling", "vla", "results")
 
 
 def _spec(name: str) -> BenchmarkSpec:

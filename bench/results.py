@@ -40,9 +40,11 @@ SECTIONS = (
     ("wm-autoresearch-full.json", "wm", "World-model fidelity: AutoResearch, learned predictors"),
     ("wm-autoresearch-llm-full.json", "wm", "World-model fidelity: AutoResearch, LLM outcome predictor (one seed)"),
     ("wm-synthetic-control-full.json", "wm", "World-model fidelity: synthetic control"),
-    ("sandbox.json", "sandbox", "Sandbox: per-execution overhead, pool throughput, cost of durable commits"),
+    ("sandbox.json", "sandbox", "Sandbox: per-execution overhead, local vs Ray pools, cost of durable commits"),
     ("hostile.json", "hostile", "Sandbox: hostile programs against the trusted side"),
     ("rollout-full.json", "rollout", "Generation throughput (CPU)"),
+    # measured on a lent GPU machine (`wmrl bench scaling shapes=qwen2-0.5b,qwen2-1.5b ...`, docs/scaling.md)
+    ("scaling-h200.json", "scaling", "Rollout and update on one GPU (H200), HF/torch backend"),
 )
 
 #: the headline table's rows: (domain, speedup JSON)

@@ -12,7 +12,9 @@ from call to return, isolation included):
   round so machine drift hits both alike; the figure is the median over rounds
   of each round's median, and the spread is max - min over rounds;
 * pool throughput (executions/s of a short scikit-learn script) for
-  slots = 1, 2, ..., os.cpu_count() through the zygote;
+  slots = 1, 2, ..., os.cpu_count(): the local pool (threads over one zygote)
+  and the Ray pool (`executor: ray`, one actor and zygote per slot, a local Ray
+  instance), rounds interleaved;
 * what durability costs: the pool's executions/s when each execution is
   committed to the run store (SQLite, WAL, synchronous=FULL: an fsync per
   commit) the moment it finishes, as the trainer does, against one commit for
@@ -122,28 +124,45 @@ def _latency(work: Path, repeats: int, n: int) -> dict:
     return out
 
 
-def _throughput(work: Path, slot_list: list[int], jobs_per_slot: int) -> list[dict]:
+def _throughput(work: Path, slot_list: list[int], jobs_per_slot: int, rounds: int) -> list[dict]:
+    """Executions/s of the local pool and of the Ray pool (one actor per slot), per slot count, interleaved."""
+    from wmrl.domains.autoresearch.ray_pool import RaySandboxPool
+
     rows = []
     for slots in slot_list:
-        with SandboxPool(slots=slots, limits=LIMITS) as pool:
-            dirs = []
-            for i in range(slots * jobs_per_slot):
-                d = work / f"pool{slots}-{i}"
-                d.mkdir()
-                dirs.append(d)
-            pool.run_many([Job(SKLEARN_SHORT, d) for d in dirs[:slots]])  # zygote start-up and warm-up
-            t0 = time.perf_counter()
-            results = pool.run_many([Job(SKLEARN_SHORT, d) for d in dirs])
-            elapsed = time.perf_counter() - t0
-        bad = [r for r in results if r.status != "ok"]
-        if bad:
-            raise RuntimeError(f"pool execution failed: {bad[0].status} {bad[0].detail}")
-        rows.append({"slots": slots, "executions": len(dirs), "elapsed_s": elapsed,
-                     "executions_per_s": len(dirs) / elapsed,
-                     "program_wall_median_s": _median([r.wall_s for r in results])})
-    base = rows[0]["executions_per_s"] / rows[0]["slots"] if rows else 1.0
+        d = work / f"pool{slots}"
+        d.mkdir()
+        t0 = time.perf_counter()
+        pools = {"local": SandboxPool(slots=slots, limits=LIMITS)}
+        pools["ray"] = RaySandboxPool(slots, LIMITS)
+        ray_start = time.perf_counter() - t0
+        rates: dict[str, list[float]] = {name: [] for name in pools}
+        walls: dict[str, list[float]] = {name: [] for name in pools}
+        try:
+            for pool in pools.values():  # zygote start-up and warm-up
+                pool.run_many([Job(SKLEARN_SHORT, d) for _ in range(slots)])
+            for rnd in range(rounds):
+                for name in (("local", "ray") if rnd % 2 == 0 else ("ray", "local")):
+                    t0 = time.perf_counter()
+                    results = pools[name].run_many([Job(SKLEARN_SHORT, d) for _ in range(slots * jobs_per_slot)])
+                    rates[name].append(len(results) / (time.perf_counter() - t0))
+                    bad = [r for r in results if r.status != "ok"]
+                    if bad:
+                        raise RuntimeError(f"{name} pool execution failed: {bad[0].status} {bad[0].detail}")
+                    walls[name].extend(r.wall_s for r in results)
+        finally:
+            for pool in pools.values():
+                pool.close()
+        row: dict = {"slots": slots, "executions": slots * jobs_per_slot, "rounds": rounds,
+                     "ray_start_s": ray_start}
+        for name in pools:
+            row[name] = {"executions_per_s": _median(rates[name]), "round_rates": rates[name],
+                         "program_wall_median_s": _median(walls[name])}
+        row["ray_over_local"] = row["ray"]["executions_per_s"] / row["local"]["executions_per_s"]
+        rows.append(row)
+    base = rows[0]["local"]["executions_per_s"] / rows[0]["slots"] if rows else 1.0
     for row in rows:
-        row["speedup_vs_1_slot_rate"] = row["executions_per_s"] / base
+        row["speedup_vs_1_slot_rate"] = row["local"]["executions_per_s"] / base
     return rows
 
 
@@ -195,7 +214,8 @@ class SandboxOptions:
     n: int = field(default=10, metadata={"help": "executions per round and path"})
     pool_jobs: int = field(default=20, metadata={"help": "pool jobs per slot"})
     slots: str | None = field(default=None, metadata={"help": "comma-separated slot counts (default 1..cpu_count)"})
-    commit_rounds: int = field(default=5, metadata={"help": "interleaved rounds of the commit-cost comparison"})
+    commit_rounds: int = field(default=5, metadata={"help": "interleaved rounds of the pool and commit-cost "
+                                                                    "comparisons"})
     out: str = field(default="bench/out/sandbox.json", metadata={"help": "JSON path"})
 
     def validate(self) -> None:
@@ -214,7 +234,7 @@ def run(opts: SandboxOptions, _: list[str]) -> Path:
     load_before = os.getloadavg()
     try:
         latency = _latency(work, repeats, n)
-        throughput = _throughput(work, slot_list, opts.pool_jobs)
+        throughput = _throughput(work, slot_list, opts.pool_jobs, opts.commit_rounds)
         commits = _commit_cost(work, opts.commit_rounds, opts.pool_jobs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -224,7 +244,7 @@ def run(opts: SandboxOptions, _: list[str]) -> Path:
     result = {
         "benchmark": "sandbox",
         "what": "end-to-end Sandbox.run latency (isolation included), zygote fork vs cold interpreter; "
-                "pool throughput through one zygote",
+                "pool throughput, local (one zygote) vs Ray (an actor and zygote per slot); cost of durable commits",
         "repeats": repeats,
         "executions_per_repeat": n,
         "latency": latency,
@@ -249,8 +269,10 @@ def table(result: dict) -> str:
         e = lat[name]
         lines.append(f"| {label} | {e['zygote']['median_s'] * 1e3:.0f} | {e['cold']['median_s'] * 1e3:.0f} "
                      f"| {e['cold_over_zygote']:.1f}x |")
-    lines += ["", "| pool slots | executions/s | vs 1 slot |", "|---:|---:|---:|"]
-    lines += [f"| {r['slots']} | {r['executions_per_s']:.1f} | {r['speedup_vs_1_slot_rate']:.2f}x |"
+    lines += ["", "| pool slots | local executions/s | vs 1 slot | Ray executions/s | Ray / local | Ray start (s) |",
+              "|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['slots']} | {r['local']['executions_per_s']:.1f} | {r['speedup_vs_1_slot_rate']:.2f}x | "
+              f"{r['ray']['executions_per_s']:.1f} | {r['ray_over_local']:.2f}x | {r['ray_start_s']:.1f} |"
               for r in result["pool_throughput"]]
     c = result.get("commit_cost")
     if c:
@@ -272,5 +294,6 @@ if __name__ == "__main__":
         print(f"{name}: zygote {e['zygote']['median_s'] * 1000:.0f} ms, cold {e['cold']['median_s'] * 1000:.0f} ms, "
               f"cold/zygote {e['cold_over_zygote']:.1f}x")
     for row in res["pool_throughput"]:
-        print(f"slots {row['slots']}: {row['executions_per_s']:.1f} executions/s")
+        print(f"slots {row['slots']}: local {row['local']['executions_per_s']:.1f}, ray "
+              f"{row['ray']['executions_per_s']:.1f} executions/s")
     print(path)

@@ -58,6 +58,19 @@ def _forward_args(module: torch.nn.Module) -> tuple[bool, str]:
     return "logits_to_keep" in params, "cache" if "cache" in params else "past_key_values"
 
 
+def _on_device(generator: torch.Generator | None, device: torch.device) -> torch.Generator | None:
+    """A generator on the model's device, seeded by one draw of `generator` (the trainer's host generator).
+
+    Sampling with a host generator from logits on a GPU would copy a [batch, vocab] row of probabilities
+    to the host at every token; one seed drawn per call keeps the draw a function of the caller's
+    generator without that copy. On the generator's own device it is used as it is.
+    """
+    if generator is None or generator.device == device:
+        return generator
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def _nonempty(prompts: Sequence[Sequence[int]], pad_id: int) -> list[list[int]]:
     # position -1 must exist in every row: an empty prompt (never after real encoding) becomes one pad token
     return [list(p) or [pad_id] for p in prompts]
@@ -81,14 +94,14 @@ def sample(module: torch.nn.Module, prompts: Sequence[Sequence[int]], params: Sa
     next_pos = pos[:, -1] + 1
     done = torch.zeros(n, dtype=torch.bool, device=device)
     rows = [Sampled([], None) for _ in range(n)]
+    draw = None if greedy else _on_device(generator, device)
     for step in range(params.max_new_tokens):
         logp = torch.log_softmax(logits, dim=-1)
         if greedy:
             tok = logits.argmax(-1)
         else:
             probs = torch.softmax(logits / params.temperature, dim=-1)
-            where = generator.device if generator is not None else probs.device
-            tok = torch.multinomial(probs.to(where), 1, generator=generator).squeeze(-1).to(device)
+            tok = torch.multinomial(probs, 1, generator=draw).squeeze(-1)
         tok_lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1).tolist()
         is_stop = torch.isin(tok, stops)
         tok_list, stop_list = tok.tolist(), is_stop.tolist()

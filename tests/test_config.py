@@ -124,6 +124,12 @@ def test_key_of_another_domain_is_rejected():
     assert "horizon" in msg  # lists the keys the control domain does have
 
 
+def test_the_executor_is_local_or_ray_and_an_address_needs_ray():
+    assert load_config("autoresearch", ["domain.executor=ray"]).domain.executor == "ray"
+    assert "domain.executor must be one of local, ray, got 'k8s'" in _error("autoresearch", ["domain.executor=k8s"])
+    assert "set domain.executor=ray" in _error("autoresearch", ["domain.ray_address=auto"])
+
+
 # ------------------------------------------------------------------ bad input
 
 

@@ -32,6 +32,9 @@ from wmrl.domains.autoresearch.tasks import ARTask, split
 from wmrl.lm.lora import LoraSettings
 
 
+EXECUTORS = ("local", "ray")
+
+
 @dataclass
 class AutoResearchConfig:
     name: str = "autoresearch"
@@ -40,6 +43,9 @@ class AutoResearchConfig:
     turns: int = 1  # agent replies per episode; each one really runs
     final: str = "best"  # episode reward: the best turn's grade or the last one's
     sandbox_slots: int | None = None  # None: one per core
+    #: where programs run: "local" (threads over one zygote) or "ray" (one Ray actor per slot, any node)
+    executor: str = "local"
+    ray_address: str | None = None  # executor ray: None starts a local Ray; "auto" / "ray://host:10001" joins one
     timeout_scale: float = 1.0  # multiplies each task's time budget
     memory_mb: int = 2048
     agent: str = "default"  # "default": the embedded agent built locally; else a HF model path or Hub id
@@ -59,6 +65,10 @@ class AutoResearchConfig:
             raise ValueError(f"domain.sandbox_slots must be >= 1 (or null: one per core), got {self.sandbox_slots!r}")
         if not self.timeout_scale > 0:
             raise ValueError(f"domain.timeout_scale must be > 0, got {self.timeout_scale!r}")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"domain.executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError("domain.ray_address is set but domain.executor is not ray: set domain.executor=ray")
 
 
 @dataclass
@@ -153,9 +163,16 @@ class AutoResearchDomain(Domain):
 
     def make_real_env(self) -> RealEnv:
         from wmrl.domains.autoresearch.env import AutoResearchEnv
-        from wmrl.domains.autoresearch.sandbox import SandboxPool
 
-        pool = SandboxPool(self.cfg.sandbox_slots or os.cpu_count() or 1)
+        slots = self.cfg.sandbox_slots or os.cpu_count() or 1
+        if self.cfg.executor == "ray":
+            from wmrl.domains.autoresearch.ray_pool import RaySandboxPool
+
+            pool = RaySandboxPool(slots, address=self.cfg.ray_address)
+        else:
+            from wmrl.domains.autoresearch.sandbox import SandboxPool
+
+            pool = SandboxPool(slots)
         return AutoResearchEnv(pool, turns=self.cfg.turns, final=self.cfg.final,
                                timeout_scale=self.cfg.timeout_scale, memory_mb=self.cfg.memory_mb)
 

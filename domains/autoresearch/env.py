@@ -36,7 +36,7 @@ from wmrl.domains.autoresearch.grader import grade_bytes, submission_cap
 from wmrl.domains.autoresearch.episodes import Episodes
 from wmrl.domains.autoresearch.protocol import extract_code
 from wmrl.domains.autoresearch.feedback import defuse, report
-from wmrl.domains.autoresearch.sandbox import ExecResult, Job, SandboxLimits, SandboxPool
+from wmrl.domains.autoresearch.sandbox import ExecResult, ExecutionPool, Job, SandboxLimits
 from wmrl.domains.autoresearch.tasks import SUBMISSION_FILE, ARTask, materialize
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ _PROGRAM_FAILURES = {"error": "error", "timeout": "timeout", "oom": "oom", "kill
 
 
 class AutoResearchEnv(RealEnv):
-    def __init__(self, pool: SandboxPool, *, turns: int = 1, final: str = "best", timeout_scale: float = 1.0,
+    def __init__(self, pool: ExecutionPool, *, turns: int = 1, final: str = "best", timeout_scale: float = 1.0,
                  memory_mb: int = 2048, workroot: str | Path | None = None):
         self.episodes = Episodes(turns, final)
         self.pool = pool
@@ -61,7 +61,7 @@ class AutoResearchEnv(RealEnv):
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
         for task in (t.payload for t in tasks):
-            if task.id not in self._inputs and self.pool.sandbox.exposes(task.data_dir):
+            if task.id not in self._inputs and self.pool.exposes(task.data_dir):
                 raise ValueError(f"task {task.id!r}: its data directory {task.data_dir} (hidden labels) lies inside "
                                  "what the sandbox shows its programs read-only (/usr, /etc, the Python installation); "
                                  "move the task cache elsewhere (WMRL_CACHE_DIR)")

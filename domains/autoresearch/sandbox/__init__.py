@@ -135,7 +135,7 @@ WORKDIR), `result` (ExecResult, FileProblem, the status), `linux` (syscalls),
 `seccomp` (the filter), `files` (what crosses the boundary), `rootfs` (the
 run's filesystem), `cgroups` (memory accounting), `supervisor` (C1 and C2),
 `zygote` (the forking server and the parent's handle), `runner` (`Sandbox`),
-`pool` (`Job`, `SandboxPool`). Only the standard library is imported in it:
+`pool` (`Job`, `ExecutionPool`, `SandboxPool`). Only the standard library is imported in it:
 `__main__.py` is the zygote's and the launcher's entry point
 (``python -I .../sandbox/__main__.py --zygote|--launch``), which loads the
 package without importing the rest of wmrl.
@@ -145,9 +145,9 @@ from __future__ import annotations
 
 from .files import read_regular_file
 from .limits import UID_BASE, WORKDIR, SandboxLimits
-from .pool import Job, SandboxPool
+from .pool import ExecutionPool, Job, SandboxPool
 from .result import ExecResult, FileProblem
 from .runner import Sandbox
 
-__all__ = ["SandboxLimits", "ExecResult", "FileProblem", "Sandbox", "SandboxPool", "Job", "UID_BASE", "WORKDIR",
-           "read_regular_file"]
+__all__ = ["SandboxLimits", "ExecResult", "FileProblem", "Sandbox", "ExecutionPool", "SandboxPool", "Job", "UID_BASE",
+           "WORKDIR", "read_regular_file"]

@@ -1,4 +1,5 @@
-"""Concurrent executions: a typed `Job` and `SandboxPool`, slots sharing one Sandbox (and so one zygote)."""
+"""Concurrent executions: a typed `Job`, the `ExecutionPool` contract, and `SandboxPool`, slots sharing one
+Sandbox (and so one zygote). `domains/autoresearch/ray_pool.py` keeps the contract with slots on Ray actors."""
 
 from __future__ import annotations
 
@@ -24,7 +25,41 @@ class Job:
     limits: SandboxLimits | None = None  # None: the pool's
 
 
-class SandboxPool:
+class ExecutionPool:
+    """Runs jobs `slots` at a time and reports each as it finishes; one job's failure costs that job only."""
+
+    slots: int
+
+    def run_each(self, jobs: Sequence[Job], *, outputs: Sequence[str] = ()) -> Iterator[tuple[int, ExecResult]]:
+        """(job index, result) as each job finishes, so a caller can store it at once."""
+        raise NotImplementedError
+
+    def exposes(self, path: str | os.PathLike) -> bool:
+        """Whether `path` lies in what every run sees read-only (the system and Python installation)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def run_many(self, jobs: Sequence[Job], *, outputs: Sequence[str] = ()) -> list[ExecResult]:
+        """Run the jobs, collecting `outputs` from each; results aligned with jobs.
+
+        A job whose host-side handling raises becomes an "infra" result of its own;
+        the other jobs of the batch are unaffected.
+        """
+        results: list[ExecResult | None] = [None] * len(jobs)
+        for i, result in self.run_each(jobs, outputs=outputs):
+            results[i] = result
+        return results  # type: ignore[return-value]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SandboxPool(ExecutionPool):
     """Up to `slots` concurrent executions through one shared Sandbox (one zygote serves all slots)."""
 
     def __init__(self, slots: int | None = None, limits: SandboxLimits = SandboxLimits(), **sandbox_kwargs):
@@ -38,19 +73,10 @@ class SandboxPool:
             log.warning("sandbox pool: %d slots x %d MB exceed this machine's %.0f MB; runs may be killed by host "
                         "memory pressure (graded unknown)", self.slots, limits.memory_mb, total_mb)
 
-    def run_many(self, jobs: Sequence[Job], *, outputs: Sequence[str] = ()) -> list[ExecResult]:
-        """Run the jobs, collecting `outputs` from each; results aligned with jobs.
-
-        A job whose host-side handling raises becomes an "infra" result of its own;
-        the other jobs of the batch are unaffected.
-        """
-        results: list[ExecResult | None] = [None] * len(jobs)
-        for i, result in self.run_each(jobs, outputs=outputs):
-            results[i] = result
-        return results  # type: ignore[return-value]
+    def exposes(self, path: str | os.PathLike) -> bool:
+        return self.sandbox.exposes(path)
 
     def run_each(self, jobs: Sequence[Job], *, outputs: Sequence[str] = ()) -> Iterator[tuple[int, ExecResult]]:
-        """`run_many`, yielding (job index, result) as each job finishes, so a caller can store it at once."""
         futures = {self._executor.submit(self.sandbox.run, job.code, job.inputs, outputs=outputs, limits=job.limits): i
                    for i, job in enumerate(jobs)}
         try:
@@ -69,9 +95,3 @@ class SandboxPool:
     def close(self) -> None:
         self._executor.shutdown(wait=True)
         self.sandbox.close()
-
-    def __enter__(self) -> "SandboxPool":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
