@@ -60,6 +60,9 @@ class EngineConfig:
     adam_beta2: float = 0.999
     grad_clip: float = 1.0  # max global grad L2 norm; 0 disables clipping
     bf16: bool = False
+    #: training ranks (processes; one per GPU). `wmrl train` starts them with torch's launcher when > 1;
+    #: a run already under a launcher (torchrun, deepspeed) must have this many (`core/ranks.py`)
+    world_size: int = 1
 
     def validate(self) -> None:
         if isinstance(self.zero_stage, bool) or not isinstance(self.zero_stage, int) or not 0 <= self.zero_stage <= 3:
@@ -76,6 +79,11 @@ class EngineConfig:
             raise ValueError(f"engine.grad_clip must be >= 0 (0 disables clipping), got {self.grad_clip!r}")
         if not isinstance(self.bf16, bool):
             raise ValueError(f"engine.bf16 must be a bool, got {self.bf16!r}")
+        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
+            raise ValueError(f"engine.world_size must be an integer >= 1, got {self.world_size!r}")
+        if self.world_size > 1 and self.zero_stage == 3:
+            raise ValueError("engine.world_size > 1 with zero_stage 3 is not supported yet: rollouts run on rank 0 "
+                             "with its full copy of the weights, which ZeRO-3 shards away; use zero_stage 0-2")
 
 
 @dataclass
@@ -173,6 +181,10 @@ class Engine:
 
         validate_config(cfg)
         ensure_distributed()
+        ranks = torch.distributed.get_world_size()
+        if ranks != cfg.world_size:
+            raise ValueError(f"engine.world_size is {cfg.world_size} but this process is one of {ranks} ranks: launch "
+                             f"`wmrl train` without a launcher (it starts the ranks), or set engine.world_size={ranks}")
         self.cfg = cfg
         params = [p for p in module.parameters() if p.requires_grad]
         if not params:
@@ -341,9 +353,18 @@ class Engine:
         )
 
     def _load(self, directory: Path, on_disk: str) -> dict:
+        # ZeRO 1-2 shard the optimizer state by rank: another number of ranks (a multi-rank run's checkpoint
+        # evaluated or exported in one process) can take the weights, not the optimizer state
+        shards = len(list((directory / on_disk).glob("*zero_pp_rank_*_optim_states.pt")))
+        weights_only = 0 < shards != torch.distributed.get_world_size()
+        if weights_only:
+            log.warning("checkpoint %s holds the optimizer state of %d ranks and this run has %d: loading the weights "
+                        "only (enough to evaluate or export, not to train on)", directory / on_disk, shards,
+                        torch.distributed.get_world_size())
         path, client = self._ds.load_checkpoint(
             str(directory), tag=on_disk, load_optimizer_states=True, load_lr_scheduler_states=True,
             load_module_strict=not self._frozen,  # a checkpoint without the frozen weights lacks their keys
+            load_module_only=weights_only,
         )
         if path is None:
             raise RuntimeError("load_checkpoint returned no path")

@@ -38,6 +38,7 @@ from typing import Callable, Sequence
 import torch
 
 from wmrl.core.interfaces import Policy
+from wmrl.core.ranks import block
 from wmrl.core.types import Estimate, Group
 
 __all__ = ["AGGREGATIONS", "RATIOS", "ObjectiveConfig", "SurrogateBatch", "k3", "has_token_log_probs"]
@@ -193,15 +194,40 @@ class SurrogateBatch:
             loss = loss + self.objective.beta * (scale * k3(ref, new)).sum()
         return loss
 
-    def micro_batches(self, policy: Policy, clip_eps: float, size: int) -> list[Callable[[], torch.Tensor]]:
+    def micro_batches(self, policy: Policy, clip_eps: float, size: int, *, rank: int = 0,
+                      world: int = 1) -> list[Callable[[], torch.Tensor]]:
         """The loss as shares of at most `size` turns each (0: one share), computed only when called.
 
         One `log_prob` call per share bounds the memory of an update by `size`
         turns: the engine backpropagates a share before it computes the next.
+        With `world` ranks, rank `rank` gets its contiguous block of the turns,
+        each share scaled by `world` (the engine averages gradients over ranks),
+        and every rank the same number of shares (a block that runs out gets a
+        zero share over the trainable weights), so the ranks' collectives pair up.
         """
         n = len(self)
-        size = size or n
-        return [partial(self.loss, policy, clip_eps, slice(i, min(i + size, n))) for i in range(0, n, size)]
+        lo, hi = block(n, rank, world)
+        longest = block(n, 0, world)[1]  # rank 0's block is a longest one
+        size = size or max(longest, 1)
+        count = max(1, -(-longest // size))
+        shares: list[Callable[[], torch.Tensor]] = []
+        for k in range(count):
+            a, b = lo + k * size, min(lo + (k + 1) * size, hi)
+            if a < b:
+                share = partial(self.loss, policy, clip_eps, slice(a, b))
+                shares.append(share if world == 1 else partial(_scaled, share, float(world)))
+            else:
+                shares.append(partial(_zero, policy))
+        return shares
+
+
+def _scaled(share: Callable[[], torch.Tensor], factor: float) -> torch.Tensor:
+    return share() * factor
+
+
+def _zero(policy: Policy) -> torch.Tensor:
+    """A loss of 0 with a (zero) gradient for every trainable weight."""
+    return sum(p.sum() * 0.0 for p in policy.module.parameters() if p.requires_grad)
 
 
 def _rows(lp: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:

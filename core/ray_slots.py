@@ -21,7 +21,9 @@ leaves it running. Ray schedules actors; nothing here places or balances them.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import time
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,10 @@ class RaySlots:
             else:
                 ray.init(address=address, log_to_driver=False, configure_logging=False)
         self.name = name
+        free = ray.available_resources().get("CPU", 0.0)
+        if free < n * num_cpus:  # e.g. a Ray started by someone else, smaller than the pool
+            log.warning("%d %ss need %g CPUs of Ray and %g are free: the rest wait until CPUs free up, and their "
+                        "calls fail at their deadline", n, name, n * num_cpus, free)
         self._remote = ray.remote(num_cpus=num_cpus, max_restarts=0, max_task_retries=0)(actor_cls)
         self._args = tuple(args)
         self.actors = [self._spawn() for _ in range(n)]
@@ -71,37 +77,81 @@ class RaySlots:
         """`value` in Ray's object store, shipped to each node at most once (pass it wrapped in a list)."""
         return self._ray.put(value)
 
-    def run_each(self, method: str, calls: Sequence[tuple], on_failure: Callable[[int, BaseException, bool], T]
-                 ) -> Iterator[tuple[int, Any]]:
+    def run_each(self, method: str, calls: Sequence[tuple], on_failure: Callable[[int, BaseException | str, bool], T],
+                 deadlines: Sequence[float] | None = None) -> Iterator[tuple[int, Any]]:
         """Call `method(*calls[i])` on free actors; yield (i, result) as each finishes.
 
-        A call whose actor died yields (i, on_failure(i, exc, True)) and the actor is
-        replaced; one that raised in a live actor yields (i, on_failure(i, exc, False)).
-        A caller that stops early leaves no queued call behind (running ones finish).
+        A call whose actor died, or that has not returned `deadlines[i]` seconds after
+        it started (a lost node, an actor Ray cannot place), yields
+        (i, on_failure(i, why, True)) and its actor is replaced; one that raised in a
+        live actor yields (i, on_failure(i, exc, False)). A caller that stops early
+        leaves no queued call behind (running ones finish).
         """
         ray = self._ray
         queue = list(range(len(calls)))[::-1]
         free = list(range(len(self.actors)))[::-1]
-        running: dict[Any, tuple[int, int]] = {}  # object ref -> (call index, slot)
+        running: dict[Any, tuple[int, int, float]] = {}  # object ref -> (call index, slot, deadline)
         while queue or running:
             while queue and free:
                 i, slot = queue.pop(), free.pop()
-                running[getattr(self.actors[slot], method).remote(*calls[i])] = (i, slot)
-            (ref,), _ = ray.wait(list(running), num_returns=1)
-            i, slot = running.pop(ref)
+                due = time.monotonic() + (deadlines[i] if deadlines is not None else math.inf)
+                running[getattr(self.actors[slot], method).remote(*calls[i])] = (i, slot, due)
+            first = min(due for _, _, due in running.values())
+            wait = None if first == math.inf else max(0.0, first - time.monotonic())
+            ready, _ = ray.wait(list(running), num_returns=1, timeout=wait)
+            if not ready:  # the earliest deadline passed
+                ref = min(running, key=lambda r: running[r][2])
+                i, slot, _ = running.pop(ref)
+                why = f"{self.name} {slot} did not return call {i} by its deadline"
+                log.warning("%s; the call fails and a fresh actor takes its place", why)
+                self.replace(slot)
+                free.append(slot)
+                yield i, on_failure(i, why, True)
+                continue
+            ref = ready[0]
+            i, slot, _ = running.pop(ref)
             try:
                 result = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 log.warning("%s %d (a Ray actor) died during call %d: %s; the call fails and a fresh actor takes "
                             "its place", self.name, slot, i, str(exc).splitlines()[0][:300])
-                self._replace(slot)
+                self.replace(slot)
                 result = on_failure(i, exc, True)
             except ray.exceptions.RayTaskError as exc:
                 result = on_failure(i, exc, False)
             free.append(slot)
             yield i, result
 
-    def _replace(self, slot: int) -> None:
+    def call_each(self, requests: dict[int, tuple[str, tuple]], timeout_s: float) -> dict[int, tuple[str, Any]]:
+        """Call `method(*args)` on the actor of each slot at once: {slot: ("ok", result) | ("lost", why)}.
+
+        For actors that hold state between calls (a simulator worker's episodes). A slot
+        whose actor died, raised, or did not answer within `timeout_s` is "lost", and its
+        actor is replaced by a fresh one (what it held is gone with it).
+        """
+        ray = self._ray
+        refs = {slot: getattr(self.actors[slot], method).remote(*args) for slot, (method, args) in requests.items()}
+        ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+        ready = set(ready)
+        replies: dict[int, tuple[str, Any]] = {}
+        for slot, ref in refs.items():
+            if ref not in ready:
+                replies[slot] = ("lost", f"{self.name} {slot} did not answer within {timeout_s:g} s")
+                continue
+            try:
+                replies[slot] = ("ok", ray.get(ref))
+            except ray.exceptions.RayActorError as exc:
+                replies[slot] = ("lost", f"{self.name} {slot} died: {str(exc).splitlines()[0][:300]}")
+            except ray.exceptions.RayTaskError as exc:
+                replies[slot] = ("lost", f"{self.name} {slot} raised: {str(exc).splitlines()[0][:300]}")
+        for slot, (kind, why) in replies.items():
+            if kind != "ok":
+                log.warning("%s; a fresh actor takes its place", why)
+                self.replace(slot)
+        return replies
+
+    def replace(self, slot: int) -> None:
+        """A fresh actor in `slot` (the old one killed if it still runs)."""
         try:
             self._ray.kill(self.actors[slot], no_restart=True)
         except Exception:  # noqa: BLE001 - already gone is what we expect
@@ -109,12 +159,16 @@ class RaySlots:
         self.actors[slot] = self._spawn()
         self.replaced += 1
 
-    def call_all(self, method: str, *args: Any) -> list[Any]:
-        """`method(*args)` on every actor, waited for (e.g. a warm-up)."""
-        return self._ray.get([getattr(a, method).remote(*args) for a in self.actors])
+    def call_all(self, method: str, *args: Any, timeout_s: float | None = None) -> list[Any]:
+        """`method(*args)` on every actor, waited for (up to `timeout_s`: then GetTimeoutError)."""
+        return self._ray.get([getattr(a, method).remote(*args) for a in self.actors], timeout=timeout_s)
 
-    def close(self) -> None:
-        """Kill the actors; stop Ray if this pool started it. Safe to call twice."""
+    def close(self, method: str | None = None, timeout_s: float = 10.0) -> None:
+        """Call `method` on every actor (their own clean-up) for up to `timeout_s`, then kill them;
+        stop Ray if this pool started it. Safe to call twice."""
+        if method is not None and self.actors:
+            refs = [getattr(a, method).remote() for a in self.actors]
+            self._ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         for a in self.actors:
             try:
                 self._ray.kill(a, no_restart=True)

@@ -18,6 +18,10 @@ same anchors and reuse what was stored. Randomness comes only from seeded
 generators (the one passed to `Policy.act`, and each component's own): the
 trainer neither seeds nor checkpoints torch's process-wide RNG, so a policy or
 world model that draws from it is not reproducible and must own a generator.
+
+With `engine.world_size` > 1 this class runs on every rank: rank 0 (the leader)
+collects, estimates and writes the run folder; every rank updates on its block
+of the step's turns (`core/ranks.py`).
 """
 
 from __future__ import annotations
@@ -36,13 +40,14 @@ import torch
 from wmrl.core.anchors import AnchorConfig, AnchorScheduler
 from wmrl.core.archive import load_trajectories, referenced
 from wmrl.core.domain import Domain
-from wmrl.core.engine import Engine, EngineConfig
+from wmrl.core.engine import Engine, EngineConfig, ensure_distributed
 from wmrl.core.errors import Interrupted, StorageError
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.interfaces import Policy
 from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
+from wmrl.core.ranks import current_ranks
 from wmrl.core.replay import StoredReplay, batch_name, eval_key, group_id, train_key
 from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
 from wmrl.core.run_lock import RunLock
@@ -117,12 +122,18 @@ class Trainer:
         self.domain = domain
         self.run_id = run_id
         self.dir = Path(run_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.lock = RunLock(self.dir)  # one writer per run directory
+        if engine.world_size > 1:
+            ensure_distributed()  # the launcher's process group, before anything is written
+        self.ranks = current_ranks()
+        self.lock: RunLock | None = None
+        if self.ranks.leader:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            self.lock = RunLock(self.dir)  # one writer per run directory: the leader
         try:
             self._open(domain, trainer, estimator, anchors, engine, world_model, tensorboard, checkpoint)
         except BaseException:
-            self.lock.release()
+            if self.lock is not None:
+                self.lock.release()
             raise
 
     def _open(self, domain: Domain, trainer: TrainerConfig, estimator: EstimatorConfig, anchors: AnchorConfig,
@@ -139,8 +150,19 @@ class Trainer:
             self.reference.module.requires_grad_(False).eval()
         self.engine = Engine(self.policy.module, engine, self.policy.param_groups())
         self.estimator = build_estimator(estimator, anchors.fraction)
-        self.env = domain.make_real_env()
+        self.generator = torch.Generator().manual_seed(trainer.seed)
+        self.step = 0
+        self.history: list[dict] = []  # evaluation rows
+        self.real_wall = 0.0  # cumulative wall-clock of real execution, survives resume
+        self.wall = 0.0
+        self.real_executions = 0  # real training episodes consumed (eval episodes not counted)
         self.world_model: WorldModelRuntime | None = None
+        if not self.ranks.leader:  # a learner rank: no environment, world model, store or metrics of its own
+            self.env = self.store = self.archive = self.metrics = None  # type: ignore[assignment]
+            self.observers: list[StepObserver] = []
+            self._resume(checkpoint)
+            return
+        self.env = domain.make_real_env()
         if self.estimator.uses_world_model:
             wm_cfg = world_model if world_model is not None else default_world_model(domain)
             if wm_cfg is None:
@@ -152,17 +174,11 @@ class Trainer:
         if self.archive.writes_files:  # what a crash left between archive and store goes first
             for location in self.archive.recover(referenced(r.payload for r in self.store.executions(self.run_id))):
                 log.warning("removed %s: archived by a run that crashed before storing it", location)
-        self.generator = torch.Generator().manual_seed(trainer.seed)
         self.train_tasks = domain.tasks("train")
         if not self.train_tasks:
             raise ValueError(f"domain {type(domain).__name__} has no train tasks")
-        self.step = 0
-        self.history: list[dict] = []  # evaluation rows
-        self.real_wall = 0.0  # cumulative wall-clock of real execution, survives resume
-        self.wall = 0.0
-        self.real_executions = 0  # real training episodes consumed (eval episodes not counted)
         #: diagnostics that look at every step, outside the wall (`core/observers.py`)
-        self.observers: list[StepObserver] = [OracleObserver(domain, estimator.advantage)]
+        self.observers = [OracleObserver(domain, estimator.advantage)]
         self._resume(checkpoint)
         if self.step == 0 and self.world_model is not None:
             self.world_model.warm_start()
@@ -309,12 +325,17 @@ class Trainer:
         return groups, times
 
     def train_step(self, step: int) -> dict:
+        """One step; its metrics on the leader (a learner rank only updates and returns {})."""
         t_step = time.perf_counter()
-        groups, times = self.collect(step)
-        est = self.estimator.estimate(groups)
+        if self.ranks.leader:
+            groups, times = self.collect(step)
+            est = self.estimator.estimate(groups)
+        groups, est = self.ranks.broadcast((groups, est) if self.ranks.leader else None)
         t0 = time.perf_counter()
         update = self._update(groups, est)
         update_time = time.perf_counter() - t0
+        if not self.ranks.leader:
+            return {}
         step_time = time.perf_counter() - t_step
         self.real_wall += times["time_real"]
         self.wall += step_time
@@ -359,8 +380,11 @@ class Trainer:
             return {"loss": float("nan"), "grad_norm": float("nan"), "trained_trajectories": 0.0}
         batch.prepare(self.policy, self.reference, self.cfg.micro_batch)  # before the first optimizer step
         stats: dict = {}
+        rank, world = self.ranks.rank, self.ranks.world
         for _ in range(self.cfg.ppo_epochs):
-            stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch))
+            stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch,
+                                                         rank=rank, world=world))
+        stats["loss"] = self.ranks.mean(stats["loss"])  # each rank's shares are scaled by the world size
         stats["trained_trajectories"] = float(batch.trajectories)
         if self.reference is not None:
             stats["kl_ref"] = batch.kl
@@ -407,29 +431,34 @@ class Trainer:
         """
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not progress, desc="wmrl train", unit="step")
+        bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not (progress and self.ranks.leader),
+                   desc="wmrl train", unit="step")
         try:
             with StopRequests() as stop:
-                if self.step == 0 and not self.history:
+                leader = self.ranks.leader
+                if self.step == 0 and not self.history and leader:
                     self._evaluate_all()
-                while self.step < self.cfg.steps and stop.signum is None:
+                signum = self.ranks.broadcast(stop.signum)  # the leader decides, every rank stops with it
+                while self.step < self.cfg.steps and signum is None:
                     step = self.step + 1
                     m = self.train_step(step)
                     self.step = step
                     ev = self.cfg.eval_every
-                    if (ev and step % ev == 0) or step == self.cfg.steps:
-                        m.update({k: v for k, v in self._evaluate_all().items() if k.startswith("eval_")})
-                    self.metrics.log(step, m)
-                    if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps or stop.signum is not None:
+                    if leader:
+                        if (ev and step % ev == 0) or step == self.cfg.steps:
+                            m.update({k: v for k, v in self._evaluate_all().items() if k.startswith("eval_")})
+                        self.metrics.log(step, m)
+                    signum = self.ranks.broadcast(stop.signum)
+                    if step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps or signum is not None:
                         self.save()
                     bar.update(1)
                     bar.set_postfix({k: f"{m[k]:.3f}" for k in ("reward_estimated", "anchor_weight")
                                      if isinstance(m.get(k), float) and math.isfinite(m[k])})
-                if stop.signum is not None and self.step < self.cfg.steps:
+                if signum is not None and self.step < self.cfg.steps:
                     if self.step == 0:
                         self.save()  # the evaluation before training is kept too
-                    name = signal.Signals(stop.signum).name
-                    raise Interrupted(stop.signum, self.step, f"stopped by {name} after step {self.step} of "
+                    name = signal.Signals(signum).name
+                    raise Interrupted(signum, self.step, f"stopped by {name} after step {self.step} of "
                                       f"{self.cfg.steps} (checkpoint {self.dir / 'checkpoints'}); run the same "
                                       "command again to resume")
         finally:
@@ -439,7 +468,8 @@ class Trainer:
     def close(self) -> None:
         if self.world_model is not None:
             self.world_model.close()  # no background fit left running into interpreter shutdown
-        self.metrics.close()
-        self.store.close()
-        self.env.close()
-        self.lock.release()
+        for part in (self.metrics, self.store, self.env):
+            if part is not None:  # a learner rank has none of them
+                part.close()
+        if self.lock is not None:
+            self.lock.release()

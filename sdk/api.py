@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -77,6 +78,8 @@ def train(cfg: Any = None, overrides: Sequence[str] = (), *, progress: bool = Fa
         if trainer.step >= cfg.trainer.steps and summary_path.exists():
             summary = json.loads(summary_path.read_text())
             return TrainResult(run_dir, summary["history"], cfg, finished_before=True)
+        if not trainer.ranks.leader:  # a learner rank writes nothing of the run folder
+            return TrainResult(run_dir, trainer.train(), cfg)
         write_atomic(run_dir / "config.yaml", to_yaml(cfg))
         history = trainer.train(progress=progress)
         summary = {
@@ -98,6 +101,7 @@ def resumed_trainer(run_dir: str | Path, overrides: Sequence[str] = (), *, step:
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir, overrides)
     cfg.run_dir = str(run_dir)  # the saved run_dir is where it was trained, maybe relative to another cwd
+    cfg.engine.world_size = int(os.environ.get("WORLD_SIZE", "1"))  # a multi-rank run's checkpoint, in this process
     checkpoints = run_dir / "checkpoints"
     if Engine.latest_tag(checkpoints) is None:
         raise ConfigError(f"{run_dir} has no checkpoint yet: train it first (`wmrl train ... run_dir={run_dir}`)")

@@ -79,9 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "train":
             from wmrl.api import train
+            from wmrl.config import load_config
+            from wmrl.launch import is_leader, launch_ranks, under_launcher
             from wmrl.report import write_report
 
+            ranks = load_config(args.config, args.overrides).engine.world_size
+            if ranks > 1 and not under_launcher():
+                return launch_ranks(ranks, sys.argv[1:] if argv is None else argv)
             res = train(args.config, args.overrides, progress=not args.no_progress)
+            if not is_leader():
+                return 0  # the leader prints the run's result
             if res.finished_before:
                 print(f"{res.run_dir} finished its {res.config.trainer.steps} steps before; its stored result "
                       "(nothing ran: `wmrl eval RUN_DIR` evaluates it afresh, a larger trainer.steps trains on):")

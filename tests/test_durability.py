@@ -66,15 +66,15 @@ def _episode(payload: bytes, run_dir: Path, key: str) -> tuple:
     return (t.task.id, pickle.dumps((t.observations, t.actions)), t.log_probs, t.step_rewards, infos, t.real)
 
 
-def fingerprint(run_dir: Path) -> dict:
-    """Everything a run produced that does not depend on the clock."""
+def fingerprint(run_dir: Path, overrides: tuple[str, ...] = ()) -> dict:
+    """Everything a run produced that does not depend on the clock (`overrides` for reading it back)."""
     with sqlite3.connect(run_dir / "store.sqlite") as db:
         executions = {row[0]: (*row[1:-1], _episode(row[-1], run_dir, row[0])) for row in db.execute(
             "SELECT key, run_id, step, task_id, status, reward, info, payload FROM executions")}
         pairs = sorted(db.execute(
             "SELECT run_id, step, group_id, member, task_id, wm_mean, wm_var, real FROM anchor_pairs"))
     summary = json.loads((run_dir / "summary.json").read_text())
-    trainer = resumed_trainer(run_dir)
+    trainer = resumed_trainer(run_dir, overrides)
     try:
         weights = [p.detach().clone() for p in trainer.policy.module.parameters()]
         estimator = trainer.estimator.state_dict()

@@ -67,6 +67,7 @@ def test_the_ray_pool_gives_the_local_pools_results(ray_pool, tmp_path):
 def test_a_slot_killed_mid_execution_is_one_unknown_grade_and_a_fresh_actor_takes_its_place(ray_pool):
     assert [r.status for r in ray_pool.run_many([Job("print(1)")] * 2)] == ["ok"] * 2  # both zygotes up
     pids = ray_pool.actor_pids()  # in slot order: a batch's first call goes to slot 0
+    replaced = ray_pool.replaced
     jobs = [Job("import time\ntime.sleep(30)"), Job("print('fine')"), Job("print('fine')")]
     killer = threading.Timer(1.0, os.kill, (pids[0], signal.SIGKILL))
     started = time.time()
@@ -76,7 +77,7 @@ def test_a_slot_killed_mid_execution_is_one_unknown_grade_and_a_fresh_actor_take
     assert results[0].status == "infra" and "sandbox slot (a Ray actor) died" in results[0].detail
     assert [results[1].stdout, results[2].stdout] == ["fine\n", "fine\n"]
     assert time.time() - started < 20  # the dead slot's sleep(30) was not waited for
-    assert ray_pool.replaced == 1
+    assert ray_pool.replaced == replaced + 1
     after = ray_pool.actor_pids()
     assert after[1] == pids[1] and after[0] not in pids  # slot 0 has a fresh actor, slot 1 kept its own
     assert [r.status for r in ray_pool.run_many([Job("print(1)")] * 4)] == ["ok"] * 4
@@ -84,6 +85,19 @@ def test_a_slot_killed_mid_execution_is_one_unknown_grade_and_a_fresh_actor_take
     while H.sandbox_pids() and time.time() < deadline:  # the dead actor's program does not outlive it
         time.sleep(0.2)
     assert H.sandbox_pids() == []
+
+
+def test_a_call_past_its_deadline_fails_and_its_slot_gets_a_fresh_actor(ray_pool):
+    """A node that never answers looks like a call that never returns: the deadline ends it."""
+    pids, replaced = ray_pool.actor_pids(), ray_pool.replaced
+    calls = [("import time\ntime.sleep(30)", None, (), SandboxLimits(timeout_s=60.0, cpu_s=120)),
+             ("print('quick')", None, (), None)]
+    started = time.time()
+    out = dict(ray_pool._slots.run_each("run", calls, lambda i, why, died: ("failed", str(why), died), [2.0, 30.0]))
+    assert out[0] == ("failed", "sandbox slot 0 did not return call 0 by its deadline", True)
+    assert out[1].stdout == "quick\n"
+    assert time.time() - started < 15
+    assert ray_pool.replaced == replaced + 1 and ray_pool.actor_pids()[0] not in pids
 
 
 def test_autoresearch_env_grades_the_same_on_either_executor(ray_pool, tmp_path):
@@ -112,6 +126,7 @@ def test_a_training_run_on_ray_stores_what_the_same_run_on_the_local_pool_stores
 
     train_with_kills([], args(tmp_path / "local", "local"))
     train_with_kills([], args(tmp_path / "ray", "ray"))
-    local, ray = fingerprint(tmp_path / "local"), fingerprint(tmp_path / "ray")
+    # read back through the local pool: this process's Ray (the module's pool) has no CPU left for more slots
+    local, ray = fingerprint(tmp_path / "local"), fingerprint(tmp_path / "ray", ("domain.executor=local",))
     assert len(local["executions"]) >= 8
     assert_same_run(local, ray)

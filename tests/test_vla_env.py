@@ -31,10 +31,19 @@ def sims():
         sim.close()
 
 
+FAULTS = {"raise-0": "raise", "hang-1": "hang", "exit-0": "exit"}
+
+
 @pytest.fixture(scope="module")
 def env():
-    cfg = VLAEnvConfig(workers=2, step_timeout_s=8.0, faults={"raise-0": "raise", "hang-1": "hang", "exit-0": "exit"})
-    with VLAEnv(cfg) as e:
+    with VLAEnv(VLAEnvConfig(workers=2, step_timeout_s=8.0, faults=FAULTS)) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def ray_env():
+    """`env.executor: ray`: the workers are Ray actors of a local Ray instance."""
+    with VLAEnv(VLAEnvConfig(workers=2, step_timeout_s=8.0, faults=FAULTS, executor="ray")) as e:
         yield e
 
 
@@ -230,11 +239,13 @@ def test_wrong_action_shape_is_a_clear_error(env):
         env.step([None])
 
 
-def test_faulty_workers_give_unknown_grades_and_are_replaced(env):
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_faulty_workers_give_unknown_grades_and_are_replaced(executor, request):
+    env = request.getfixturevalue("env" if executor == "local" else "ray_env")
     # round-robin: worker 0 holds episodes 0 and 2, worker 1 holds 1 and 3
     tasks = [lift(0, "raise-0"), lift(1, "hang-1"), lift(2), lift(3)]
     env.reset(tasks)
-    old = [proc.pid for proc, _ in env._workers]
+    old = env.worker_pids()
     chunk = np.zeros((4, 7), np.float32)
     out = env.step([chunk] * 4)
     raised, hung, neighbour, stranded = out
@@ -246,7 +257,8 @@ def test_faulty_workers_give_unknown_grades_and_are_replaced(env):
     # a hang takes its worker down with every episode on it
     assert stranded.reward is None and stranded.info["status"] == "infra"
     assert env.outcome(Trajectory(tasks[1], step_rewards=[hung.reward], infos=[hung.info])).status == "infra"
-    assert env._workers[0][0].pid == old[0] and env._workers[1][0].pid != old[1]
+    now = env.worker_pids()
+    assert now[0] == old[0] and now[1] != old[1]
     assert env.step([None, None, chunk, None])[2].info["steps"] == 8
     # a process that dies outright (as on a segfault) is also replaced; the next reset works
     env.reset([lift(0, "exit-0"), lift(1)])
@@ -255,6 +267,23 @@ def test_faulty_workers_give_unknown_grades_and_are_replaced(env):
     first = env.reset([lift(4), lift(5)])
     assert all(o["image"].shape == (64, 64, 3) for o in first)
     assert all(t.info["status"] == "ok" for t in env.step([chunk, chunk]))
+
+
+def test_ray_workers_simulate_what_local_workers_simulate(env, ray_env):
+    tasks = [lift(6), lift(7), lift(8)]
+    chunks = [np.random.default_rng(i).uniform(-1, 1, (8, 7)).astype(np.float32) for i in range(3)]
+    seen = []
+    for e in (env, ray_env):
+        first = e.reset(tasks)
+        steps = [e.step(chunks) for _ in range(2)]
+        seen.append((first, [[(t.reward, t.done, t.info, t.observation) for t in step] for step in steps]))
+    (first_a, steps_a), (first_b, steps_b) = seen
+    for a, b in zip(first_a, first_b, strict=True):
+        assert np.array_equal(a["image"], b["image"]) and np.array_equal(a["state"], b["state"])
+    for step_a, step_b in zip(steps_a, steps_b, strict=True):
+        for (ra, da, ia, oa), (rb, db, ib, ob) in zip(step_a, step_b, strict=True):
+            assert (ra, da, ia) == (rb, db, ib) and ia["status"] == "ok"
+            assert np.array_equal(oa["image"], ob["image"]) and np.array_equal(oa["state"], ob["state"])
 
 
 def test_config_validation():

@@ -111,21 +111,19 @@ class RaySandboxPool(ExecutionPool):
     def run_each(self, jobs: Sequence[Job], *, outputs: Sequence[str] = ()) -> Iterator[tuple[int, ExecResult]]:
         """As `SandboxPool.run_each`: (job index, result) as each finishes; a dead slot is an "infra" result."""
         calls = [(job.code, self._inputs(job.inputs), tuple(outputs), job.limits) for job in jobs]
+        # the sandbox ends a program at its time limit: a slot silent long after that is lost with its node
+        deadlines = [2 * (job.limits or self.limits).timeout_s + 120.0 for job in jobs]
 
-        def failed(i: int, exc: BaseException, died: bool) -> ExecResult:
+        def failed(i: int, why: BaseException | str, died: bool) -> ExecResult:
             what = "its sandbox slot (a Ray actor) died" if died else "host-side error in its sandbox slot"
-            return ExecResult("infra", None, "", "", 0.0, f"{what}: {str(exc).splitlines()[0][:300]}")
+            return ExecResult("infra", None, "", "", 0.0, f"{what}: {str(why).splitlines()[0][:300]}")
 
-        yield from self._slots.run_each("run", calls, failed)
+        yield from self._slots.run_each("run", calls, failed, deadlines)
 
     def actor_pids(self) -> list[int]:
         """The slots' process ids (for tests and diagnostics)."""
         return self._slots.call_all("pid")
 
     def close(self) -> None:
-        try:
-            self._slots.call_all("close")
-        except Exception:  # noqa: BLE001 - a dead actor has nothing left to close
-            pass
-        self._slots.close()
+        self._slots.close("close")  # each actor stops its zygote and removes its input cache, then goes
         self._local.close()

@@ -15,7 +15,9 @@ horizon unsolved ends with status `truncated`.
 
 Episodes are spread round-robin over the `workers` processes (`capacity`); a
 worker keeps one simulator per concurrent episode of a family, built once and
-reused across resets.
+reused across resets. With `executor: ray` each worker is a Ray actor instead
+(any node of a Ray cluster; `core/ray_slots.py`), with the same rules: a dead or
+silent actor is replaced and its live episodes are unknown grades.
 
 Test hook (no mocks needed): `VLAEnvConfig.faults` maps a task id to "raise",
 "hang" or "exit"; the worker then really raises, sleeps past the timeout, or
@@ -59,6 +61,9 @@ class VLAEnvConfig:
     control_freq: int = 20
     #: test hook: task id -> "raise" | "hang" | "exit" on that episode's first step
     faults: dict[str, str] = field(default_factory=dict)
+    #: where simulators run: "local" (worker processes) or "ray" (one Ray actor per worker, any node)
+    executor: str = "local"
+    ray_address: str | None = None  # executor ray: None starts a local Ray; "auto" joins a running cluster
 
     def validate(self) -> None:
         at_least(self, "env", 1, "image_size", "chunk", "workers", "control_freq")
@@ -72,48 +77,86 @@ class VLAEnvConfig:
         for task_id, kind in self.faults.items():
             if kind not in FAULTS:
                 raise ValueError(f"env.faults[{task_id!r}] must be one of {FAULTS}, got {kind!r}")
+        if self.executor not in ("local", "ray"):
+            raise ValueError(f"env.executor must be local or ray, got {self.executor!r}")
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError("env.ray_address is set but env.executor is not ray: set env.executor=ray")
 
     def horizon(self, family_name: str) -> int:
         return self.horizon_steps.get(family_name, family(family_name).horizon_steps)
 
 
-def _worker(conn, cfg: VLAEnvConfig) -> None:
-    """A worker's loop: reset / step / close requests on `conn`, one reply each."""
-    # Ctrl-C reaches the terminal's whole process group: the trainer decides when to stop, not its workers
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.setdefault("MUJOCO_GL", "egl")
-    from wmrl.domains.vla.sim import Simulator
+class _SimHost:
+    """One worker's simulators and the episodes it holds; answers reset / step / close requests."""
 
-    pool: dict[str, list[Simulator]] = {}
-    episodes: dict[int, Simulator] = {}
-    faults: dict[int, str] = {}
-    while True:
-        kind, payload = conn.recv()
+    def __init__(self, cfg: VLAEnvConfig):
+        os.environ.setdefault("MUJOCO_GL", "egl")
+        from wmrl.domains.vla.sim import Simulator
+
+        self.cfg, self._simulator = cfg, Simulator
+        self.pool: dict[str, list] = {}
+        self.episodes: dict[int, Any] = {}
+        self.faults: dict[int, str] = {}
+
+    def handle(self, kind: str, payload: Any) -> tuple[str, Any]:
+        """("ok", reply) or ("error", traceback)."""
         if kind == "close":
-            for sim in (s for sims in pool.values() for s in sims):
+            for sim in (s for sims in self.pool.values() for s in sims):
                 sim.close()
-            conn.send(("ok", None))
-            return
+            return ("ok", None)
         try:
             if kind == "reset":
-                episodes.clear()
-                faults.clear()
-                replies = []
-                for slot, spec, fault in payload:
-                    free = [s for s in pool.get(spec.family, []) if s not in episodes.values()]
-                    if not free:
-                        sim = Simulator(spec.family, cfg.image_size, cfg.horizon(spec.family), cfg.control_freq)
-                        pool.setdefault(spec.family, []).append(sim)
-                        free = [sim]
-                    episodes[slot] = free[0]
-                    if fault:
-                        faults[slot] = fault
-                    replies.append(free[0].reset(spec))
-                conn.send(("ok", replies))
-            elif kind == "step":
-                conn.send(("ok", [_run_chunk(slot, chunk, episodes, pool, faults) for slot, chunk in payload]))
+                return ("ok", self._reset(payload))
+            if kind == "step":
+                return ("ok", [_run_chunk(slot, chunk, self.episodes, self.pool, self.faults) for slot, chunk in payload])
+            return ("error", f"unknown request {kind!r}")
         except Exception:
-            conn.send(("error", traceback.format_exc(limit=4)))
+            return ("error", traceback.format_exc(limit=4))
+
+    def _reset(self, payload) -> list:
+        self.episodes.clear()
+        self.faults.clear()
+        replies = []
+        for slot, spec, fault in payload:
+            free = [s for s in self.pool.get(spec.family, []) if s not in self.episodes.values()]
+            if not free:
+                sim = self._simulator(spec.family, self.cfg.image_size, self.cfg.horizon(spec.family),
+                                      self.cfg.control_freq)
+                self.pool.setdefault(spec.family, []).append(sim)
+                free = [sim]
+            self.episodes[slot] = free[0]
+            if fault:
+                self.faults[slot] = fault
+            replies.append(free[0].reset(spec))
+        return replies
+
+
+def _worker(conn, cfg: VLAEnvConfig) -> None:
+    """A worker process's loop: one reply per request on `conn`, until "close"."""
+    # Ctrl-C reaches the terminal's whole process group: the trainer decides when to stop, not its workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    host = _SimHost(cfg)
+    while True:
+        kind, payload = conn.recv()
+        conn.send(host.handle(kind, payload))
+        if kind == "close":
+            return
+
+
+class SimActor:
+    """A worker as a Ray actor (`executor: ray`): the same host, called instead of messaged."""
+
+    def __init__(self, cfg: VLAEnvConfig):
+        self.host = _SimHost(cfg)
+
+    def handle(self, kind: str, payload: Any) -> tuple[str, Any]:
+        return self.host.handle(kind, payload)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def close(self) -> None:
+        self.host.handle("close", None)
 
 
 def _run_chunk(slot: int, chunk: np.ndarray, episodes: dict, pool: dict, faults: dict) -> tuple:
@@ -151,14 +194,13 @@ class _Episode:
     lost: str | None = None
 
 
-class VLAEnv(RealEnv):
-    def __init__(self, cfg: VLAEnvConfig | None = None):
-        self.cfg = cfg or VLAEnvConfig()
-        self.cfg.validate()
-        self.capacity = self.cfg.workers
+class _ProcessWorkers:
+    """Workers as local processes, a pipe each."""
+
+    def __init__(self, cfg: VLAEnvConfig):
+        self.cfg = cfg
         self._ctx = mp.get_context("spawn")
-        self._workers: list[tuple[Any, Any] | None] = [self._start() for _ in range(self.capacity)]
-        self._episodes: list[_Episode] = []
+        self._workers: list[tuple[Any, Any] | None] = [self._start() for _ in range(cfg.workers)]
 
     def _start(self) -> tuple[Any, Any]:
         parent, child = self._ctx.Pipe()
@@ -175,7 +217,7 @@ class VLAEnv(RealEnv):
         conn.close()
         self._workers[w] = self._start()
 
-    def _exchange(self, requests: dict[int, tuple[str, Any]], timeout_s: float) -> dict[int, tuple[str, Any]]:
+    def exchange(self, requests: dict[int, tuple[str, Any]], timeout_s: float) -> dict[int, tuple[str, Any]]:
         """Send each worker its request, gather the replies; a dead or silent worker's reply is ("lost", why)."""
         replies: dict[int, tuple[str, Any]] = {}
         for w, request in requests.items():
@@ -200,6 +242,70 @@ class VLAEnv(RealEnv):
             if kind != "ok":
                 self._replace(w, why)
         return replies
+
+    def pids(self) -> list[int]:
+        return [proc.pid for proc, _ in self._workers]
+
+    def close(self) -> None:
+        for w, worker in enumerate(self._workers):
+            if worker is None:
+                continue
+            proc, conn = worker
+            try:
+                conn.send(("close", None))
+                if conn.poll(5):
+                    conn.recv()
+            except (OSError, EOFError):
+                pass
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5)
+            conn.close()
+            self._workers[w] = None
+
+
+class _RayWorkers:
+    """Workers as Ray actors (`core/ray_slots.py`): the same replies, the same replacement rules."""
+
+    def __init__(self, cfg: VLAEnvConfig):
+        from wmrl.core.ray_slots import RaySlots
+
+        self._slots: Any = RaySlots(SimActor, cfg.workers, args=(cfg,), address=cfg.ray_address, name="VLA worker")
+
+    def exchange(self, requests: dict[int, tuple[str, Any]], timeout_s: float) -> dict[int, tuple[str, Any]]:
+        replies = self._slots.call_each({w: ("handle", r) for w, r in requests.items()}, timeout_s)
+        out = {w: reply if kind == "ok" else (kind, reply) for w, (kind, reply) in replies.items()}
+        for w, (kind, why) in out.items():
+            if kind == "error":  # the worker raised: its simulators are suspect, as with a process
+                log.warning("VLA worker %d replaced: %s", w, str(why).strip().splitlines()[-1][:300])
+                self._slots.replace(w)
+        return out
+
+    def pids(self) -> list[int]:
+        return self._slots.call_all("pid")
+
+    def close(self) -> None:
+        if self._slots is not None:
+            slots, self._slots = self._slots, None
+            slots.close("close")
+
+
+class VLAEnv(RealEnv):
+    def __init__(self, cfg: VLAEnvConfig | None = None):
+        self.cfg = cfg or VLAEnvConfig()
+        self.cfg.validate()
+        self.capacity = self.cfg.workers
+        self._workers: _ProcessWorkers | _RayWorkers | None = None  # set first: __del__ may run if the next fails
+        self._workers = _RayWorkers(self.cfg) if self.cfg.executor == "ray" else _ProcessWorkers(self.cfg)
+        self._episodes: list[_Episode] = []
+
+    def _exchange(self, requests: dict[int, tuple[str, Any]], timeout_s: float) -> dict[int, tuple[str, Any]]:
+        return self._workers.exchange(requests, timeout_s)
+
+    def worker_pids(self) -> list[int]:
+        """The workers' process ids, in worker order (a replaced worker has a new one)."""
+        return self._workers.pids()
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
         for t in tasks:
@@ -284,22 +390,9 @@ class VLAEnv(RealEnv):
         return Transition(obs, 1.0 if success else 0.0, e.done, info=info)
 
     def close(self) -> None:
-        for w, worker in enumerate(self._workers):
-            if worker is None:
-                continue
-            proc, conn = worker
-            try:
-                conn.send(("close", None))
-                if conn.poll(5):
-                    conn.recv()
-            except (OSError, EOFError):
-                pass
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(5)
-            conn.close()
-            self._workers[w] = None
+        if self._workers is not None:
+            workers, self._workers = self._workers, None
+            workers.close()
 
     def __enter__(self) -> "VLAEnv":
         return self

@@ -1,0 +1,73 @@
+"""The ranks of a multi-rank run: rank 0 collects, every rank learns.
+
+`wmrl train ... engine.world_size=N` runs N processes (torch's launcher, one
+per GPU; several nodes through its `--nnodes`/rendezvous or DeepSpeed's
+hostfile). Rank 0 is the *leader*: the only process that generates rollouts,
+executes real episodes, runs the world model and the estimator, and writes the
+run folder (store, metrics, summary; it alone holds the run lock). The step's
+graded groups and the estimate are then broadcast, and every rank computes the
+surrogate on its own contiguous block of the step's turns (`SurrogateBatch.
+micro_batches(rank=, world=)`); DeepSpeed averages the gradients, so each
+rank's share is scaled by N and the update is the one a single rank would take
+on the whole batch, up to floating-point summation order. Checkpoints are
+collective (DeepSpeed writes each rank's shards; the leader seals them).
+
+Why rank 0 alone collects: real executions and anchor pairs must be stored
+once and drawn from one seeded stream, so a resumed run replays them exactly;
+generation scales through the rollout engine and execution through the
+execution pool (`executor: ray`), not through training ranks. The rollout runs
+the leader's full copy of the weights, which ZeRO-3 does not keep: multi-rank
+ZeRO-3 waits for a rollout engine that holds its own copy (vLLM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+
+__all__ = ["Ranks", "block", "current_ranks"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Ranks:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    def broadcast(self, value: T | None) -> T:
+        """The leader's `value` on every rank (pickled through the process group)."""
+        if self.world == 1:
+            return value  # type: ignore[return-value]
+        box = [value if self.leader else None]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]  # type: ignore[return-value]
+
+    def mean(self, value: float) -> float:
+        """The mean of `value` over the ranks."""
+        if self.world == 1:
+            return value
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        torch.distributed.all_reduce(t)
+        return float(t.item()) / self.world
+
+
+
+def block(n: int, rank: int, world: int) -> tuple[int, int]:
+    """Rank `rank`'s contiguous block [lo, hi) of n items over `world` ranks; sizes differ by at most one."""
+    per, extra = divmod(n, world)
+    lo = rank * per + min(rank, extra)
+    return lo, lo + per + (rank < extra)
+
+
+def current_ranks() -> Ranks:
+    """The ranks of the process group this process belongs to (one rank without one)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return Ranks(torch.distributed.get_rank(), torch.distributed.get_world_size())
+    return Ranks()
