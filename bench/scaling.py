@@ -20,6 +20,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +32,8 @@ from wmrl.registry import register_benchmark
 
 #: model shapes (Qwen2's published configs; "tiny" is for a CPU smoke run)
 SHAPES = {
-    "tiny": dict(hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, vocab_size=4096),
+    "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, vocab_size=4096),  # the embedded agent's shape (head_dim 32)
     "qwen2-0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                        num_key_value_heads=2, vocab_size=151936),
     "qwen2-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
@@ -67,10 +68,9 @@ def _model(shape: str, device: torch.device, dtype: torch.dtype):
     return model, sum(p.numel() for p in model.parameters())
 
 
-def _generation(model, device, batches, prompt, reply, repeats) -> list[dict]:
-    from wmrl.lm.sampling import SamplingParams, sample
+def _generation(engine, vocab, device, batches, prompt, reply, repeats) -> list[dict]:
+    from wmrl.lm.sampling import SamplingParams
 
-    vocab = model.config.vocab_size
     rows = []
     params = SamplingParams(max_new_tokens=reply, temperature=1.0)  # no stop ids: every row is `reply` long
     for b in batches:
@@ -78,12 +78,32 @@ def _generation(model, device, batches, prompt, reply, repeats) -> list[dict]:
         gen = torch.Generator().manual_seed(0)  # host generator, as the trainer passes
 
         def run():
-            sample(model, prompts, params, pad_id=0, generator=gen)
+            engine.generate(prompts, params, generator=gen)
 
         walls = _timed(run, device, repeats)
         med = statistics.median(walls)
         rows.append({"batch": b, "median_s": med, "walls_s": walls, "new_tokens_per_s": b * reply / med})
     return rows
+
+
+def _engines(names, model, repeats) -> tuple[dict, dict]:
+    """The rollout engines to time, and what starting them and one weight sync cost."""
+    from wmrl.lm.engines import HFEngine, VLLMEngine
+
+    engines, costs = {}, {}
+    for name in names:
+        if name == "hf":
+            engines[name] = HFEngine(model, pad_id=0)
+            continue
+        folder = Path(tempfile.mkdtemp(prefix="wmrl-bench-vllm-"))
+        model.save_pretrained(folder)
+        t0 = time.perf_counter()
+        engine = VLLMEngine(folder, dtype=str(next(model.parameters()).dtype).removeprefix("torch."))
+        start = time.perf_counter() - t0
+        syncs = [engine.sync(model) for _ in range(repeats)]
+        engines[name] = engine
+        costs[name] = {"start_s": start, "sync_median_s": statistics.median(syncs), "sync_s": syncs}
+    return engines, costs
 
 
 def _update(shape, device, dtype, zero, batch, micro, prompt, reply, repeats) -> list[dict]:
@@ -138,6 +158,7 @@ class ScalingOptions:
     zero: str = field(default="0", metadata={"help": "ZeRO stages to time the update under"})
     repeats: int = field(default=3, metadata={"help": "timed runs after one warm-up; the figure is their median"})
     device: str = field(default="auto", metadata={"help": "auto (cuda if available), cpu or cuda"})
+    engines: str = field(default="hf", metadata={"help": "rollout engines to time: hf, vllm (needs `make vllm`)"})
     out: str = field(default="bench/out/scaling.json", metadata={"help": "JSON path"})
 
     def validate(self) -> None:
@@ -148,6 +169,8 @@ class ScalingOptions:
             raise ValueError("prompt, reply, update_batch, micro and repeats must be >= 1")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device={self.device!r}: choose auto, cpu or cuda")
+        if not set(self.engines.split(",")) <= {"hf", "vllm"} or "hf" not in self.engines.split(","):
+            raise ValueError(f"engines={self.engines!r}: hf, optionally with vllm (e.g. engines=hf,vllm)")
 
 
 @register_benchmark("scaling", options=ScalingOptions)
@@ -160,11 +183,21 @@ def run(opts: ScalingOptions, _: list[str]) -> Path:
     shapes = {}
     for shape in opts.shapes.split(","):
         model, n_params = _model(shape, device, dtype)
-        generation = _generation(model, device, batches, opts.prompt, opts.reply, opts.repeats)
+        engines, costs = _engines(opts.engines.split(","), model, opts.repeats)
+        per_engine = {}
+        try:
+            for name, engine in engines.items():
+                per_engine[name] = _generation(engine, SHAPES[shape]["vocab_size"], device, batches, opts.prompt,
+                                               opts.reply, opts.repeats)
+        finally:
+            for engine in engines.values():
+                engine.close()
+        generation = per_engine["hf"]
         del model
         shapes[shape] = {
             "parameters": n_params,
             "generation": generation,
+            "engines": {name: {"generation": rows, **costs.get(name, {})} for name, rows in per_engine.items()},
             "update": _update(shape, device, dtype, [int(z) for z in opts.zero.split(",")], opts.update_batch,
                               opts.micro, opts.prompt, opts.reply, opts.repeats),
         }
@@ -173,7 +206,8 @@ def run(opts: ScalingOptions, _: list[str]) -> Path:
     result = {
         "benchmark": "scaling",
         "what": "rollout new tokens/s of wmrl.lm.sample (HF/torch backend) by batch size, and one DeepSpeed "
-                "update's time, for causal LMs of published shapes built from config",
+                "update's time, for causal LMs of published shapes built from config; optionally the vLLM "
+                "rollout engine beside it (start, new tokens/s, weight sync)",
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "dtype": str(dtype).removeprefix("torch."),
         "prompt_tokens": opts.prompt, "reply_tokens": opts.reply, "repeats": opts.repeats,
@@ -192,6 +226,16 @@ def table(result: dict) -> str:
     for shape, s in result["shapes"].items():
         lines += [f"| {shape} | {s['parameters'] / 1e6:.1f}M | {g['batch']} | {g['new_tokens_per_s']:,.0f} |"
                   for g in s["generation"]]
+    vllm = {shape: s["engines"]["vllm"] for shape, s in result["shapes"].items() if "vllm" in s.get("engines", {})}
+    if vllm:
+        lines += ["", "| shape | rollout batch | HF new tokens/s | vLLM new tokens/s | vLLM / HF |",
+                  "|---|---:|---:|---:|---:|"]
+        for shape, v in vllm.items():
+            for h, g in zip(result["shapes"][shape]["generation"], v["generation"]):
+                lines.append(f"| {shape} | {g['batch']} | {h['new_tokens_per_s']:,.0f} | {g['new_tokens_per_s']:,.0f} "
+                             f"| {g['new_tokens_per_s'] / h['new_tokens_per_s']:.2f}x |")
+        lines += [""] + [f"vLLM ({shape}): server start {v['start_s']:.1f} s, weight sync {v['sync_median_s'] * 1e3:.0f} "
+                         "ms (in place, no restart)" for shape, v in vllm.items()]
     lines += ["", "| shape | ZeRO | sequences per update | update (s) | trained tokens/s | peak memory (GiB) |",
               "|---|---:|---:|---:|---:|---:|"]
     for shape, s in result["shapes"].items():

@@ -36,6 +36,7 @@ import torch
 
 from wmrl.core import checkpoints as ckpt
 from wmrl.core.errors import CheckpointError, StorageError
+from wmrl.core.ranks import current_ranks
 from wmrl.core.validation import validate_config
 
 __all__ = ["EngineConfig", "Engine", "ParamGroup", "ensure_distributed"]
@@ -162,7 +163,9 @@ def ensure_distributed() -> None:
         os.environ["MASTER_PORT"] = str(_free_port())
     # gloo is the CPU default; ZeRO on CUDA tensors needs nccl.
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    deepspeed.init_distributed(dist_backend=backend)
+    from wmrl.core.ranks import COLLECTIVE_TIMEOUT
+
+    deepspeed.init_distributed(dist_backend=backend, timeout=COLLECTIVE_TIMEOUT)
     log.debug("distributed initialised: backend=%s world_size=%s", backend, os.environ["WORLD_SIZE"])
     # The rendezvous is done: take back the address we invented, so a child process (a
     # benchmark worker, a `wmrl train` subprocess) does not inherit a port this
@@ -234,12 +237,21 @@ class Engine:
         chunks = [lambda: loss] if isinstance(loss, torch.Tensor) else list(loss)
         if not chunks:
             raise ValueError("Engine.step: no loss to step on")
-        if len(chunks) > 1 and self.cfg.zero_stage in (1, 2):
-            # ZeRO-1/2 reduce each share into partition buffers that cannot be rolled back:
-            # a forward-only pass finds a non-finite share before any backward.
+        ranks = current_ranks()
+        if ranks.world > 1 or (len(chunks) > 1 and self.cfg.zero_stage in (1, 2)):
+            # ZeRO-1/2 reduce each share into partition buffers that cannot be rolled back, and ranks
+            # must skip a step together: a forward-only pass finds a non-finite share before any backward.
+            problem: FloatingPointError | None = None
             with torch.no_grad():
                 for chunk in chunks:
-                    _check_finite(chunk())
+                    try:
+                        _check_finite(chunk())
+                    except FloatingPointError as exc:
+                        problem = exc
+                        break
+            if not ranks.all(problem is None):
+                raise problem or FloatingPointError("Engine.step: another rank's loss is non-finite; update skipped "
+                                                    "on every rank, weights unchanged")
         total = 0.0
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=_DEPRECATED_COLLECTIVE, category=FutureWarning)

@@ -62,6 +62,13 @@ class Policy(ABC):
         """Write the policy as its framework's standard model folder (what `wmrl export` writes)."""
         raise NotImplementedError(f"{type(self).__name__} cannot export itself: implement save_pretrained(path)")
 
+    def weights_changed(self) -> None:
+        """The module's weights changed (an update, a checkpoint loaded): a policy that samples from its own
+        copy of them (a vLLM rollout engine) syncs it here."""
+
+    def close(self) -> None:
+        """Release what the policy holds outside this process (a rollout server)."""
+
 
 class RealEnv(ABC):
     """The trusted, expensive scorer (a sandbox, a simulator, a robot).

@@ -202,8 +202,8 @@ class SurrogateBatch:
         turns: the engine backpropagates a share before it computes the next.
         With `world` ranks, rank `rank` gets its contiguous block of the turns,
         each share scaled by `world` (the engine averages gradients over ranks),
-        and every rank the same number of shares (a block that runs out gets a
-        zero share over the trainable weights), so the ranks' collectives pair up.
+        and every rank the same number of shares (a block that runs out gets the
+        first turn's loss times 0), so the ranks' collectives pair up.
         """
         n = len(self)
         lo, hi = block(n, rank, world)
@@ -216,18 +216,13 @@ class SurrogateBatch:
             if a < b:
                 share = partial(self.loss, policy, clip_eps, slice(a, b))
                 shares.append(share if world == 1 else partial(_scaled, share, float(world)))
-            else:
-                shares.append(partial(_zero, policy))
+            else:  # through the same graph as a real share: ZeRO buckets gradients in the order hooks fire
+                shares.append(partial(_scaled, partial(self.loss, policy, clip_eps, slice(0, 1)), 0.0))
         return shares
 
 
 def _scaled(share: Callable[[], torch.Tensor], factor: float) -> torch.Tensor:
     return share() * factor
-
-
-def _zero(policy: Policy) -> torch.Tensor:
-    """A loss of 0 with a (zero) gradient for every trainable weight."""
-    return sum(p.sum() * 0.0 for p in policy.module.parameters() if p.requires_grad)
 
 
 def _rows(lp: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:

@@ -18,16 +18,24 @@ generation scales through the rollout engine and execution through the
 execution pool (`executor: ray`), not through training ranks. The rollout runs
 the leader's full copy of the weights, which ZeRO-3 does not keep: multi-rank
 ZeRO-3 waits for a rollout engine that holds its own copy (vLLM).
+
+Learner ranks wait in a broadcast while the leader executes and evaluates,
+which can take long: the process group's collectives time out after
+`COLLECTIVE_TIMEOUT` (DeepSpeed's default, 10 minutes, would kill them).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
 import torch
 
-__all__ = ["Ranks", "block", "current_ranks"]
+__all__ = ["COLLECTIVE_TIMEOUT", "Ranks", "block", "current_ranks"]
+
+#: how long a rank waits in a collective (a learner, for the leader's real executions and evaluations)
+COLLECTIVE_TIMEOUT = timedelta(hours=12)
 
 T = TypeVar("T")
 
@@ -53,10 +61,25 @@ class Ranks:
         """The mean of `value` over the ranks."""
         if self.world == 1:
             return value
-        t = torch.tensor([float(value)], dtype=torch.float64)
+        t = torch.tensor([float(value)], dtype=torch.float64, device=_device())
         torch.distributed.all_reduce(t)
         return float(t.item()) / self.world
 
+    def all(self, flag: bool) -> bool:
+        """Whether `flag` holds on every rank (a decision one rank cannot take alone)."""
+        if self.world == 1:
+            return flag
+        t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=_device())
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MIN)
+        return bool(t.item())
+
+
+
+def _device() -> torch.device:
+    # NCCL reduces GPU tensors only; gloo CPU ones
+    if torch.distributed.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def block(n: int, rank: int, world: int) -> tuple[int, int]:

@@ -46,7 +46,7 @@ class RaySlots:
     """`n` actors of `actor_cls` (built with `args`), one task each at a time; dead actors are replaced."""
 
     def __init__(self, actor_cls: type, n: int, *, args: Sequence[Any] = (), num_cpus: float = 1.0,
-                 address: str | None = None, name: str = "slot"):
+                 address: str | None = None, name: str = "slot", start_timeout_s: float = 300.0):
         if n < 1:
             raise ValueError(f"RaySlots: n must be >= 1, got {n}")
         ray = import_ray()
@@ -69,6 +69,19 @@ class RaySlots:
         self._args = tuple(args)
         self.actors = [self._spawn() for _ in range(n)]
         self.replaced = 0  # actors that died and were replaced, over the pool's life
+        # an actor that cannot be built (a node without what it needs) would die and be replaced forever,
+        # each of its calls an unknown grade: fail here instead, with its reason
+        ready = [a.__ray_ready__.remote() for a in self.actors]
+        done, _ = ray.wait(ready, num_returns=len(ready), timeout=start_timeout_s)
+        try:
+            ray.get(done)
+        except ray.exceptions.RayError as exc:
+            self.close()
+            reason = str(exc).strip().splitlines()[-1]  # the exception its constructor raised
+            raise RuntimeError(f"a {name} (Ray actor) could not start: {reason}") from None
+        if len(done) < len(ready):
+            log.warning("%d of %d %ss have not started within %g s (waiting for CPUs?); their calls fail at their "
+                        "deadlines", len(ready) - len(done), n, name, start_timeout_s)
 
     def _spawn(self):
         return self._remote.remote(*self._args)
@@ -119,6 +132,11 @@ class RaySlots:
                 result = on_failure(i, exc, True)
             except ray.exceptions.RayTaskError as exc:
                 result = on_failure(i, exc, False)
+            except ray.exceptions.RayError as exc:  # the actor's process or object lost some other way
+                log.warning("%s %d lost call %d: %s; a fresh actor takes its place", self.name, slot, i,
+                            str(exc).splitlines()[0][:300])
+                self.replace(slot)
+                result = on_failure(i, exc, True)
             free.append(slot)
             yield i, result
 
@@ -144,6 +162,8 @@ class RaySlots:
                 replies[slot] = ("lost", f"{self.name} {slot} died: {str(exc).splitlines()[0][:300]}")
             except ray.exceptions.RayTaskError as exc:
                 replies[slot] = ("lost", f"{self.name} {slot} raised: {str(exc).splitlines()[0][:300]}")
+            except ray.exceptions.RayError as exc:
+                replies[slot] = ("lost", f"{self.name} {slot} was lost: {str(exc).splitlines()[0][:300]}")
         for slot, (kind, why) in replies.items():
             if kind != "ok":
                 log.warning("%s; a fresh actor takes its place", why)

@@ -209,6 +209,7 @@ class Trainer:
         self.estimator.load_state_dict(state["estimator"])
         if self.world_model is not None:
             self.world_model.load_state_dict(state["world_model"])
+        self.policy.weights_changed()
         self.history = list(state["history"])
         self.real_wall, self.wall = float(state["real_wall"]), float(state["wall"])
         self.real_executions = int(state["real_executions"])
@@ -385,6 +386,7 @@ class Trainer:
             stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch,
                                                          rank=rank, world=world))
         stats["loss"] = self.ranks.mean(stats["loss"])  # each rank's shares are scaled by the world size
+        self.policy.weights_changed()
         stats["trained_trajectories"] = float(batch.trajectories)
         if self.reference is not None:
             stats["kl_ref"] = batch.kl
@@ -468,6 +470,7 @@ class Trainer:
     def close(self) -> None:
         if self.world_model is not None:
             self.world_model.close()  # no background fit left running into interpreter shutdown
+        self.policy.close()
         for part in (self.metrics, self.store, self.env):
             if part is not None:  # a learner rank has none of them
                 part.close()

@@ -12,6 +12,7 @@ DeepSpeed's launcher with a hostfile): a process that already has a
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -37,4 +38,13 @@ def launch_ranks(n: int, argv: Sequence[str]) -> int:
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={n}",
            "--master_addr=127.0.0.1", f"--master_port={port}", "-m", "wmrl.cli", *argv]
-    return subprocess.run(cmd).returncode
+    proc = subprocess.Popen(cmd)
+    # Ctrl-C reaches the launcher through the terminal's process group; SIGTERM is passed on to it. The
+    # launcher hands the signal to the ranks, which stop at their next checkpoint (it kills them 30 s later)
+    old = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+           signal.SIGTERM: signal.signal(signal.SIGTERM, lambda signum, _: proc.send_signal(signum))}
+    try:
+        return proc.wait()
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)

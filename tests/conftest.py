@@ -21,6 +21,11 @@ TEXTS = [f"<|user|>\ntask {i}: fit a model to column y{i % 3}\n{CUE}\nimport num
 def tiny_lm(tmp_path_factory):
     """(tokenizer, model, path): a 2-layer Llama with a BPE tokenizer trained on TEXTS, saved at path."""
     pytest.importorskip("transformers")
+    return make_tiny_lm(tmp_path_factory.mktemp("tiny-lm"))
+
+
+def make_tiny_lm(path, *, hidden_size: int = 32, heads: int = 4, max_positions: int = 128):
+    """(tokenizer, model, path): a 2-layer Llama of `hidden_size`, a BPE tokenizer trained on TEXTS, saved at path."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -32,14 +37,14 @@ def tiny_lm(tmp_path_factory):
                                                        show_progress=False))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>", pad_token="<|pad|>",
                                         additional_special_tokens=[CUE])
-    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+                      num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=heads,
+                      max_position_embeddings=max_positions,
                       eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model = LlamaForCausalLM(cfg).eval()
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    path = tmp_path_factory.mktemp("tiny-lm")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return tokenizer, model, path

@@ -130,3 +130,13 @@ def test_a_training_run_on_ray_stores_what_the_same_run_on_the_local_pool_stores
     local, ray = fingerprint(tmp_path / "local"), fingerprint(tmp_path / "ray", ("domain.executor=local",))
     assert len(local["executions"]) >= 8
     assert_same_run(local, ray)
+
+
+def test_a_slot_that_cannot_be_built_fails_the_pool_with_its_reason(ray_pool):
+    """Not an endless replace-and-fail loop whose every call would be an unknown grade."""
+    from wmrl.core.ray_slots import RaySlots
+    from wmrl.domains.autoresearch.ray_pool import SandboxSlot
+
+    with pytest.raises(RuntimeError, match=r"a sandbox slot \(Ray actor\) could not start: .*no_such_option"):
+        # num_cpus=0: the module's pool holds this Ray's CPUs
+        RaySlots(SandboxSlot, 1, args=(QUICK, {"no_such_option": 1}), name="sandbox slot", num_cpus=0)

@@ -53,6 +53,8 @@ class AutoResearchConfig:
     agent_max_minutes: float = 4.0
     max_new_tokens: int = 320
     temperature: float = 1.0
+    #: where replies are sampled: "hf" (this process) or "vllm" (a vLLM server, weights synced after each update)
+    rollout: str = "hf"
     #: LoRA adapters instead of full fine-tuning (`domain.lora.r=8`); r=0: every weight trains
     lora: LoraSettings = field(default_factory=LoraSettings)
     cache_dir: str | None = None  # tasks and agents; default ~/.cache/wmrl
@@ -65,6 +67,8 @@ class AutoResearchConfig:
             raise ValueError(f"domain.sandbox_slots must be >= 1 (or null: one per core), got {self.sandbox_slots!r}")
         if not self.timeout_scale > 0:
             raise ValueError(f"domain.timeout_scale must be > 0, got {self.timeout_scale!r}")
+        if self.rollout not in ("hf", "vllm"):
+            raise ValueError(f"domain.rollout must be hf or vllm, got {self.rollout!r}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"domain.executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         if self.ray_address is not None and self.executor != "ray":
@@ -159,7 +163,8 @@ class AutoResearchDomain(Domain):
         from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 
         return CodeAgentPolicy(self.agent_path(), max_new_tokens=self.cfg.max_new_tokens,
-                               temperature=self.cfg.temperature, lora=self.cfg.lora, seed=seed)
+                               temperature=self.cfg.temperature, lora=self.cfg.lora, seed=seed,
+                               rollout=self.cfg.rollout)
 
     def make_real_env(self) -> RealEnv:
         from wmrl.domains.autoresearch.env import AutoResearchEnv

@@ -18,8 +18,10 @@ each encoded on its own (so the boundary never merges), where
   long was cut at the cap, so it has no EOS; shorter ones ended by sampling
   EOS).
 
-`act` samples with the LM toolkit's `sample` (`lm/sampling.py`: a KV cache,
-batched, left padded, the caller's `torch.Generator`, at `temperature`) and
+`act` samples through a rollout engine (`lm/engines.py`): by default the LM
+toolkit's `sample` on this module (`lm/sampling.py`: a KV cache, batched, left
+padded, the caller's `torch.Generator`, at `temperature`), or a vLLM server
+whose weights `weights_changed` syncs after every update (`rollout="vllm"`); it
 returns the log-probability of the sampled tokens under the *temperature-1*
 distribution -- the quantity `log_prob` recomputes with `score`. The encoding
 rules are the toolkit's (`lm/tokens.py`). When the sampled tokens
@@ -42,8 +44,9 @@ import torch
 
 from wmrl.core.interfaces import Policy
 from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK
+from wmrl.lm.engines import ENGINES, HFEngine, RolloutEngine, VLLMEngine
 from wmrl.lm.lora import LoraSettings, apply_lora, merged
-from wmrl.lm.sampling import SamplingParams, sample, score, token_scores
+from wmrl.lm.sampling import SamplingParams, score, token_scores
 from wmrl.lm.tokens import decode, encode_prompt, encode_reply, prompt_budget, special_tokens
 
 __all__ = ["CodeAgentPolicy"]
@@ -64,8 +67,12 @@ class CodeAgentPolicy(Policy):
         batch_size: int = 64,
         lora: LoraSettings | None = None,
         seed: int = 0,
+        rollout: str = "hf",
     ):
-        """`lora` with r > 0 trains low-rank adapters only (`lm/lora.py`); `seed` draws their initial weights."""
+        """`lora` with r > 0 trains low-rank adapters only (`lm/lora.py`); `seed` draws their initial weights;
+        `rollout`: the engine replies are sampled with, "hf" (this process) or "vllm" (`lm/engines.py`)."""
+        if rollout not in ENGINES:
+            raise ValueError(f"rollout engine must be one of {', '.join(ENGINES)}, got {rollout!r}")
         # a local directory or a Hub id; from_pretrained resolves both (offline: local only)
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -87,6 +94,8 @@ class CodeAgentPolicy(Policy):
                                                minimum=16)
         #: replies sampled, and how many of them were re-scored because their tokens were not canonical
         self.stats = {"replies": 0, "recomputed": 0}
+        self.rollout = rollout
+        self._engine: RolloutEngine | None = None  # started on first use: a learner rank never samples
 
     # ------------------------------------------------------------------ tokenisation contract
 
@@ -103,6 +112,25 @@ class CodeAgentPolicy(Policy):
         """A standard HF model folder (adapters merged into the weights) with the tokenizer."""
         merged(self.module).save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+
+    @property
+    def engine(self) -> RolloutEngine:
+        if self._engine is None:
+            if self.rollout == "hf":
+                self._engine = HFEngine(self.module, self.pad_id)
+            else:  # the server loads the model folder, then takes the weights as they are now
+                self._engine = VLLMEngine(self.name)
+                self._engine.sync(merged(self.module))
+        return self._engine
+
+    def weights_changed(self) -> None:
+        if self._engine is not None:
+            self._engine.sync(merged(self.module))
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
 
     # ------------------------------------------------------------------ Policy API
 
@@ -144,7 +172,7 @@ class CodeAgentPolicy(Policy):
         if not obs:
             return [], []
         prompts = [self.prompt_ids(o) for o in obs]
-        drawn = sample(self.module, prompts, self.params, pad_id=self.pad_id, generator=generator, greedy=greedy)
+        drawn = self.engine.generate(prompts, self.params, generator=generator, greedy=greedy)
         replies = [decode(self.tokenizer, d.tokens) for d in drawn]
         log_probs = [d.log_prob for d in drawn]
         # where the sampled tokens are not the canonical encoding of the decoded text, score the

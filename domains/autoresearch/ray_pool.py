@@ -35,7 +35,8 @@ class SandboxSlot:
 
     def __init__(self, limits: SandboxLimits, sandbox_kwargs: dict):
         self.sandbox = Sandbox(limits, **sandbox_kwargs)
-        self.cache = Path(tempfile.mkdtemp(prefix="wmrl-ray-inputs-"))
+        _sweep_caches()
+        self.cache = Path(tempfile.mkdtemp(prefix=f"{CACHE_PREFIX}{os.getpid()}-"))
 
     def run(self, code: str, inputs: tuple[str, list] | None, outputs: Sequence[str],
             limits: SandboxLimits | None) -> ExecResult:
@@ -60,6 +61,17 @@ class SandboxSlot:
     def close(self) -> None:
         self.sandbox.close()
         shutil.rmtree(self.cache, ignore_errors=True)
+
+
+CACHE_PREFIX = "wmrl-ray-inputs-"
+
+
+def _sweep_caches() -> None:
+    """Remove the input caches of slots whose process is gone (killed before `close`: replaced, timed out)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{CACHE_PREFIX}*-*"):
+        pid = d.name[len(CACHE_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _pack(directory: Path) -> tuple[str, dict[str, bytes]]:

@@ -1,0 +1,173 @@
+"""Rollout engines: where a causal-LM policy's replies are sampled -- this process (HF/torch) or vLLM.
+
+Generation is most of a GPU step (`docs/scaling.md`: the HF/torch loop is
+launch-bound), so the sampler is a seam: `RolloutEngine.generate(prompts,
+params, generator, greedy)` returns one `Sampled` per prompt -- tokens, the stop
+token, and the temperature-1 log-probability of every sampled token, the
+behaviour log-probs the surrogate's ratio needs -- and `sync(module)` hands the
+engine the weights after an update. Both engines take the same
+`SamplingParams` and draw from the caller's seeded generator, so a run stays
+reproducible from its seed on either; they do not draw the *same* tokens (each
+has its own sampler), only from the same distribution.
+
+* `hf` (default): `wmrl.lm.sample` on the training module itself; `sync` has
+  nothing to do.
+* `vllm`: a vLLM `LLM` in a server process of its own environment
+  (`lm/vllm_server.py`; vLLM pins a torch the training stack cannot share),
+  loaded from the policy's model folder; `sync` ships the module's weights
+  (LoRA merged) as safetensors and vLLM reloads them in place -- no restart.
+  Per prompt one seed is drawn from the caller's generator.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import subprocess
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Listener
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from wmrl.lm.sampling import Sampled, SamplingParams, sample
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ENGINES", "HFEngine", "RolloutEngine", "VLLMEngine", "vllm_python"]
+
+SERVER = Path(__file__).with_name("vllm_server.py")
+#: vLLM's CPU backend settings that work on these machines (DESIGN §4); a GPU node sets its own
+CPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+
+
+class RolloutEngine:
+    """Samples replies for a causal LM policy; `sync` after every update."""
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                 generator: torch.Generator | None = None, greedy: bool = False) -> list[Sampled]:
+        raise NotImplementedError
+
+    def sync(self, module: torch.nn.Module) -> float:
+        """Take the module's current weights; returns the seconds it took."""
+        return 0.0
+
+    def close(self) -> None:
+        pass
+
+
+class HFEngine(RolloutEngine):
+    """`wmrl.lm.sample` on the training module: always in sync."""
+
+    def __init__(self, module: torch.nn.Module, pad_id: int):
+        self.module, self.pad_id = module, pad_id
+
+    def generate(self, prompts, params, *, generator=None, greedy=False):
+        return sample(self.module, prompts, params, pad_id=self.pad_id, generator=generator, greedy=greedy)
+
+
+def vllm_python(explicit: str | None = None) -> str:
+    """The Python of vLLM's environment: `explicit`, $WMRL_VLLM_PYTHON, or the repository's `.venv-vllm`."""
+    candidates = [explicit, os.environ.get("WMRL_VLLM_PYTHON"),
+                  str(Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python")]
+    for c in candidates:
+        if c and Path(c).exists():
+            return c
+    raise FileNotFoundError("rollout engine vllm: no vLLM environment found; build it with `make vllm` (a second "
+                            "venv, .venv-vllm) or point WMRL_VLLM_PYTHON at a Python that has vllm installed")
+
+
+class VLLMEngine(RolloutEngine):
+    """A vLLM server process over `model_dir` (a Hugging Face model folder)."""
+
+    def __init__(self, model_dir: str | os.PathLike, *, python: str | None = None, dtype: str = "float32",
+                 start_timeout_s: float = 600.0):
+        self.python = vllm_python(python)
+        self._dir = tempfile.mkdtemp(prefix="wmrl-vllm-")
+        address = os.path.join(self._dir, "socket")
+        key = secrets.token_bytes(32)
+        self._listener = Listener(address, family="AF_UNIX", authkey=key)
+        env = {**os.environ, "WMRL_VLLM_AUTHKEY": key.hex()}
+        if not torch.cuda.is_available():
+            env.update({k: v for k, v in CPU_ENV.items() if k not in os.environ})
+        self._log = open(os.path.join(self._dir, "server.log"), "wb")
+        self._proc = subprocess.Popen([self.python, str(SERVER), address, str(model_dir), dtype], env=env,
+                                      stdout=self._log, stderr=subprocess.STDOUT)
+        self._conn = None
+        accepted: list = []
+        waiter = threading.Thread(target=lambda: accepted.append(self._listener.accept()), daemon=True)
+        waiter.start()
+        deadline = time.monotonic() + start_timeout_s
+        while waiter.is_alive() and self._proc.poll() is None and time.monotonic() < deadline:
+            waiter.join(0.2)
+        if not accepted:
+            self.close()
+            raise RuntimeError(f"the vLLM server did not start (exit code {self._proc.returncode}); its log: "
+                               f"{self._tail()}")
+        self._conn = accepted[0]
+        _, self.start_s = self._conn.recv()
+        log.info("vLLM engine up in %.1f s (%s)", self.start_s, model_dir)
+
+    def _tail(self) -> str:
+        try:
+            return Path(self._dir, "server.log").read_text(errors="replace")[-3000:]
+        except OSError:
+            return "(no log)"
+
+    def _call(self, kind: str, payload) -> object:
+        if self._proc.poll() is not None:
+            raise RuntimeError(f"the vLLM server exited ({self._proc.returncode}); its log: {self._tail()}")
+        self._conn.send((kind, payload))
+        status, value = self._conn.recv()
+        if status != "ok":
+            raise RuntimeError(f"vLLM server: {value}")
+        return value
+
+    def generate(self, prompts, params, *, generator=None, greedy=False):
+        if not prompts:
+            return []
+        greedy = greedy or params.temperature == 0.0
+        gen = generator if generator is not None else torch.Generator().manual_seed(0)
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=gen).tolist()
+        spec = {"prompts": [list(map(int, p)) for p in prompts], "max_tokens": params.max_new_tokens,
+                "temperature": params.temperature, "greedy": greedy, "stop_ids": list(params.stop_ids),
+                "seeds": seeds}
+        return [Sampled(tokens, stop, lps) for tokens, stop, lps in self._call("generate", spec)]
+
+    def sync(self, module: torch.nn.Module) -> float:
+        from safetensors.torch import save
+
+        t0 = time.perf_counter()
+        state, seen = {}, set()
+        for name, tensor in module.state_dict().items():
+            if tensor.data_ptr() in seen:  # tied weights (embeddings and head): vLLM ties them itself
+                continue
+            seen.add(tensor.data_ptr())
+            state[name] = tensor.detach().to("cpu", torch.float32).contiguous().clone()
+        self._call("load", save(state))
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Stop the server (asked first, killed after 30 s). Safe to call twice."""
+        if self._conn is not None and self._proc.poll() is None:
+            try:
+                self._conn.send(("close", None))
+                self._conn.recv()
+            except (OSError, EOFError):
+                pass
+        if self._proc.poll() is None:
+            try:
+                self._proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._conn = None
+        self._listener.close()
+        self._log.close()
+
+
+ENGINES = {"hf": HFEngine, "vllm": VLLMEngine}
