@@ -164,6 +164,9 @@ class WorldModel(ABC):
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict` returned."""
 
+    def close(self) -> None:
+        """Release what the world model holds outside this process (a rollout server)."""
+
 
 class RewardEstimator(ABC):
     """Turns graded groups into rewards, advantages and weights (the WMRL math).

@@ -181,6 +181,7 @@ class WorldModelRuntime(WorldModel):
             self.wait()
             self._jobs.put(None)
             self._jobs = None
+        self.model.close()
 
     def state_dict(self) -> dict:
         self.wait()

@@ -34,11 +34,12 @@ from typing import Sequence
 
 import torch
 
+from wmrl.lm.lora import merged
 from wmrl.lm.sampling import Sampled, SamplingParams, sample
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENGINES", "HFEngine", "RolloutEngine", "VLLMEngine", "vllm_python"]
+__all__ = ["ENGINES", "HFEngine", "RolloutEngine", "VLLMEngine", "open_engine", "vllm_python"]
 
 SERVER = Path(__file__).with_name("vllm_server.py")
 #: vLLM's CPU backend settings that work on these machines (DESIGN §4); a GPU node sets its own
@@ -139,11 +140,12 @@ class VLLMEngine(RolloutEngine):
         return [Sampled(tokens, stop, lps) for tokens, stop, lps in self._call("generate", spec)]
 
     def sync(self, module: torch.nn.Module) -> float:
+        """Ship `module`'s weights (LoRA adapters merged in) and have vLLM reload them in place."""
         from safetensors.torch import save
 
         t0 = time.perf_counter()
         state, seen = {}, set()
-        for name, tensor in module.state_dict().items():
+        for name, tensor in merged(module).state_dict().items():
             if tensor.data_ptr() in seen:  # tied weights (embeddings and head): vLLM ties them itself
                 continue
             seen.add(tensor.data_ptr())
@@ -171,3 +173,16 @@ class VLLMEngine(RolloutEngine):
 
 
 ENGINES = {"hf": HFEngine, "vllm": VLLMEngine}
+
+
+def open_engine(kind: str, module: torch.nn.Module, pad_id: int, model_dir: str | None) -> RolloutEngine:
+    """The `kind` engine for `module`; a vLLM one loads `model_dir` and takes the module's weights as they are now."""
+    if kind not in ENGINES:
+        raise ValueError(f"rollout engine must be one of {', '.join(ENGINES)}, got {kind!r}")
+    if kind == "hf":
+        return HFEngine(module, pad_id)
+    if model_dir is None:
+        raise ValueError("rollout engine vllm loads the model from its folder: pass a model path, not a loaded model")
+    engine = VLLMEngine(model_dir)
+    engine.sync(module)
+    return engine

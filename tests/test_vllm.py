@@ -107,6 +107,28 @@ def test_weights_synced_in_place_change_what_vllm_generates(model, engine):
     assert _replies(engine.generate(prompts, params, greedy=True)) == _replies(before)
 
 
+def test_the_llm_world_model_samples_through_vllm_and_follows_its_fits(model):
+    """`world_model.rollout=vllm`: the outcome predictor's replies come from the server, re-synced after a fit."""
+    from wmrl.world_models.llm_outcome import LLMOutcomePredictor, format_outcome
+
+    _, _, path, _ = model
+    kw = dict(samples=2, max_new_tokens=12, temperature=0.0, fit_steps=4, fit_seconds=60.0, batch_size=2, lr=0.05)
+    hf, vl = LLMOutcomePredictor(str(path), **kw), LLMOutcomePredictor(str(path), rollout="vllm", **kw)
+    prompts = ["task 3: fit a model to column y0\n", "task 5: predict y2\n"]
+    try:
+        before = vl._generate(prompts)
+        assert before == hf._generate(prompts)  # greedy: the same text from either engine
+        examples = [(p, format_outcome("ok", 0.5)) for p in prompts]
+        for predictor in (hf, vl):
+            assert predictor.fit(examples)["steps"] == 4
+        after = vl._generate(prompts)
+        assert after == hf._generate(prompts) and after != before  # the fit reached the server
+    finally:
+        vl.close()
+    with pytest.raises(ValueError, match="pass a model path"):
+        LLMOutcomePredictor(model[0], model[1], rollout="vllm")
+
+
 def test_training_with_the_vllm_rollout_engine_stores_behaviour_log_probs_the_policy_recomputes(agent, tmp_path):
     """`domain.rollout=vllm`, end to end: replies sampled by the server, weights synced after each update."""
     from test_durability import _env

@@ -43,7 +43,8 @@ import torch
 
 from wmrl.core.types import GRADED_STATUSES, Prediction
 from wmrl.lm.batch import sft_batch
-from wmrl.lm.sampling import SamplingParams, sample
+from wmrl.lm.engines import RolloutEngine, open_engine
+from wmrl.lm.sampling import SamplingParams
 from wmrl.lm.tokens import decode, encode_prompt, encode_reply, prompt_budget, special_tokens
 
 #: the variance of a uniform score on [0, 1]: what a single parsed sample says about the spread
@@ -179,7 +180,9 @@ class LLMOutcomePredictor:
         gen_batch: int = 64,
         seed: int = 0,
         copy_model: bool = True,
+        rollout: str = "hf",
     ):
+        """`rollout`: the engine outcomes are sampled with (`lm/engines.py`); "vllm" needs `model` as a folder."""
         if samples < 1:
             raise ValueError("samples (K) must be >= 1")
         min_parsed = (samples + 1) // 2 if min_parsed is None else int(min_parsed)
@@ -216,6 +219,12 @@ class LLMOutcomePredictor:
         self._fits = 0
         #: running totals: replies sampled / parsed, fit steps taken
         self.stats = {"replies": 0, "parsed": 0, "fit_steps": 0}
+        self.rollout = rollout
+        self._model_dir = str(model) if isinstance(model, (str, Path)) else None
+        if rollout == "vllm" and self._model_dir is None:
+            raise ValueError("rollout engine vllm loads the model from its folder: pass a model path, not a loaded model")
+        self._engine: RolloutEngine | None = None
+        self._weights, self._synced = 0, 0  # weight versions: fits and loads bump the first, syncs catch up
 
     # ------------------------------------------------------------------ tokenisation
 
@@ -273,9 +282,24 @@ class LLMOutcomePredictor:
         seed = int(np.random.SeedSequence([self.seed, self._generate_calls]).generate_state(1)[0])
         self._generate_calls += 1
         generator = torch.Generator(device=self._device()).manual_seed(seed)
-        drawn = sample(self.module, rows, self.params, pad_id=self.pad_id, generator=generator)
+        drawn = self._sampler().generate(rows, self.params, generator=generator)
         texts = [decode(self.tokenizer, d.tokens, skip_special_tokens=True) for d in drawn]
         return texts if sampled else [t for t in texts for _ in range(self.samples)]  # greedy: one reply, K times
+
+    def _sampler(self) -> RolloutEngine:
+        """The rollout engine, holding the weights as they are now (started on first use)."""
+        if self._engine is None:
+            self._engine = open_engine(self.rollout, self.module, self.pad_id, self._model_dir)
+        elif self._synced != self._weights:
+            self._engine.sync(self.module)
+        self._synced = self._weights
+        return self._engine
+
+    def close(self) -> None:
+        """Stop the rollout engine's server, if any (the model stays usable: one starts again on use)."""
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
 
     # ------------------------------------------------------------------ online learning
 
@@ -328,6 +352,7 @@ class LLMOutcomePredictor:
         finally:
             self.module.eval()
         self.stats["fit_steps"] += len(losses)
+        self._weights += bool(losses)
         stats.update(steps=len(losses), loss=float(np.mean(losses)) if losses else float("nan"),
                      last_loss=losses[-1] if losses else float("nan"), seconds=round(time.perf_counter() - t0, 3))
         return stats
@@ -358,6 +383,7 @@ class LLMOutcomePredictor:
         if not state:
             return
         self.module.load_state_dict(state["weights"])
+        self._weights += 1
         self._optimizer = None
         if state.get("optimizer") is not None:
             self._optimizer = torch.optim.AdamW(self.module.parameters(), lr=self.lr, weight_decay=0.0)

@@ -104,8 +104,12 @@ class CodeLLMConfig(WorldModelConfig):
     max_new_tokens: int = 48
     fit_steps: int = 8  # fine-tuning steps per fit, capped by fit_seconds
     fit_seconds: float = 10.0
+    #: where outcomes are sampled: "hf" (this process) or "vllm" (a vLLM server, synced after every fit)
+    rollout: str = "hf"
 
     def validate(self) -> None:
+        if self.rollout not in ("hf", "vllm"):
+            raise ValueError(f"world_model.rollout must be hf or vllm, got {self.rollout!r}")
         at_least(self, "world_model", 1, "samples", "max_new_tokens")
         at_least(self, "world_model", 0, "fit_steps", "fit_seconds")
 
@@ -210,4 +214,5 @@ def _code_llm(domain: AutoResearchDomain, wm: CodeLLMConfig) -> WorldModel:
 
     c = domain.cfg
     return LLMOutcomeModel(domain.agent_path(), turns=c.turns, final=c.final, samples=wm.samples,
-                           max_new_tokens=wm.max_new_tokens, fit_steps=wm.fit_steps, fit_seconds=wm.fit_seconds)
+                           max_new_tokens=wm.max_new_tokens, fit_steps=wm.fit_steps, fit_seconds=wm.fit_seconds,
+                           rollout=wm.rollout)

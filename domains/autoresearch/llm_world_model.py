@@ -130,13 +130,14 @@ class LLMOutcomeModel(WorldModel):
         window: int = 256,
         log_chars: int = 400,
         seed: int = 0,
+        rollout: str = "hf",
     ):
         self.episodes = Episodes(turns, final)
         self.log_chars = log_chars
         self.predictor = LLMOutcomePredictor(
             backbone, tokenizer, samples=samples, min_parsed=min_parsed, max_new_tokens=max_new_tokens,
             temperature=temperature, fit_steps=fit_steps, fit_seconds=fit_seconds, lr=lr, batch_size=batch_size,
-            window=window, seed=seed,
+            window=window, seed=seed, rollout=rollout,
         )
         #: the last fit's statistics (steps, loss, seconds, window size)
         self.last_fit: dict = {}
@@ -198,3 +199,6 @@ class LLMOutcomeModel(WorldModel):
 
     def load_state_dict(self, state: dict) -> None:
         self.predictor.load_state_dict(state)
+
+    def close(self) -> None:
+        self.predictor.close()

@@ -44,7 +44,7 @@ import torch
 
 from wmrl.core.interfaces import Policy
 from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK
-from wmrl.lm.engines import ENGINES, HFEngine, RolloutEngine, VLLMEngine
+from wmrl.lm.engines import ENGINES, RolloutEngine, open_engine
 from wmrl.lm.lora import LoraSettings, apply_lora, merged
 from wmrl.lm.sampling import SamplingParams, score, token_scores
 from wmrl.lm.tokens import decode, encode_prompt, encode_reply, prompt_budget, special_tokens
@@ -116,16 +116,12 @@ class CodeAgentPolicy(Policy):
     @property
     def engine(self) -> RolloutEngine:
         if self._engine is None:
-            if self.rollout == "hf":
-                self._engine = HFEngine(self.module, self.pad_id)
-            else:  # the server loads the model folder, then takes the weights as they are now
-                self._engine = VLLMEngine(self.name)
-                self._engine.sync(merged(self.module))
+            self._engine = open_engine(self.rollout, self.module, self.pad_id, self.name)
         return self._engine
 
     def weights_changed(self) -> None:
         if self._engine is not None:
-            self._engine.sync(merged(self.module))
+            self._engine.sync(self.module)
 
     def close(self) -> None:
         if self._engine is not None:
