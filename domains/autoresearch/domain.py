@@ -29,6 +29,7 @@ from wmrl.domains.autoresearch.episodes import FINALS
 from wmrl.domains.autoresearch.protocol import extract_code
 from wmrl.domains.autoresearch.suite import load_suite
 from wmrl.domains.autoresearch.tasks import ARTask, split
+from wmrl.lm.engines import ENGINES
 from wmrl.lm.lora import LoraSettings
 
 
@@ -67,8 +68,8 @@ class AutoResearchConfig:
             raise ValueError(f"domain.sandbox_slots must be >= 1 (or null: one per core), got {self.sandbox_slots!r}")
         if not self.timeout_scale > 0:
             raise ValueError(f"domain.timeout_scale must be > 0, got {self.timeout_scale!r}")
-        if self.rollout not in ("hf", "vllm"):
-            raise ValueError(f"domain.rollout must be hf or vllm, got {self.rollout!r}")
+        if self.rollout not in ENGINES:
+            raise ValueError(f"domain.rollout must be one of {', '.join(ENGINES)}, got {self.rollout!r}")
         if self.executor not in EXECUTORS:
             raise ValueError(f"domain.executor must be one of {', '.join(EXECUTORS)}, got {self.executor!r}")
         if self.ray_address is not None and self.executor != "ray":
@@ -108,8 +109,8 @@ class CodeLLMConfig(WorldModelConfig):
     rollout: str = "hf"
 
     def validate(self) -> None:
-        if self.rollout not in ("hf", "vllm"):
-            raise ValueError(f"world_model.rollout must be hf or vllm, got {self.rollout!r}")
+        if self.rollout not in ENGINES:
+            raise ValueError(f"world_model.rollout must be one of {', '.join(ENGINES)}, got {self.rollout!r}")
         at_least(self, "world_model", 1, "samples", "max_new_tokens")
         at_least(self, "world_model", 0, "fit_steps", "fit_seconds")
 
