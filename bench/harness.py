@@ -151,11 +151,12 @@ def _mean(xs: Sequence[float | None]) -> float:
     return float(np.mean(xs)) if xs else float("nan")
 
 
-def time_to_reach(history: list[dict], target: float, key: str = "eval_test_id") -> float | None:
-    """Wall-clock at the first evaluation whose reward reaches `target` (None: never)."""
+def time_to_reach(history: list[dict], target: float, key: str = "eval_test_id", at: str = "wall") -> float | None:
+    """`at` (training wall-clock, or `real_executions` spent) at the first evaluation whose reward reaches
+    `target` (None: never)."""
     for h in history:
         if h.get(key) is not None and h[key] >= target:
-            return float(h["wall"])
+            return float(h[at])
     return None
 
 
@@ -170,6 +171,7 @@ def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
         rs = [r for r in runs if r.mode == mode]
         finals = {s: [r.history[-1].get(f"eval_{s}") for r in rs] for s in ("test_id", "test_ood")}
         reach = [time_to_reach(r.history, ref_target) for r in rs] if ref_target is not None else []
+        spent = [time_to_reach(r.history, ref_target, at="real_executions") for r in rs] if ref_target is not None else []
         out["modes"][mode] = {
             "final_test_id_median": _median(finals["test_id"]),
             "final_test_id_spread": float(np.ptp([x for x in finals["test_id"] if x is not None])) if rs else None,
@@ -181,6 +183,8 @@ def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
             "signal_cosine_median": _median([r.signal_cosine for r in rs]),
             "time_to_reference_final_median": _median([x for x in reach if x is not None]) if any(x is not None for x in reach) else None,
             "reached_reference_final": sum(x is not None for x in reach),
+            "real_executions_to_reference_final_median": _median([x for x in spent if x is not None])
+            if any(x is not None for x in spent) else None,
             "per_seed": [{"seed": r.seed, "final": r.history[-1], "history": r.history, "wall": r.wall,
                           "real_executions": r.real_executions, "signal_cosine": r.signal_cosine} for r in rs],
         }
@@ -194,4 +198,7 @@ def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
             m["ideal_speedup"] = 1.0 / ((1.0 - share) + share * frac) if math.isfinite(share * frac) else None
             t_ref, t = ref["time_to_reference_final_median"], m["time_to_reference_final_median"]
             m["speedup_to_reference_final"] = t_ref / t if t_ref and t else None
+            e_ref, e = ref["real_executions_to_reference_final_median"], m["real_executions_to_reference_final_median"]
+            # a mode that got there without a real execution (pure WM) saved all of them: no finite ratio
+            m["fewer_real_executions_to_reference_final"] = e_ref / e if e_ref and e else None
     return out

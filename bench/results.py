@@ -27,6 +27,8 @@ SECTIONS = (
     ("speedup-synthetic-program-full.json", "speedup", "WMRL vs standard RL: synthetic program domain"),
     ("speedup-synthetic-control-full.json", "speedup", "WMRL vs standard RL: synthetic control domain (multi-step)"),
     ("speedup-autoresearch-full.json", "speedup", "WMRL vs standard RL: AutoResearch (embedded agent), the whole ladder"),
+    ("speedup-vla-full.json", "speedup",
+     "WMRL vs simulator GRPO and the seed's progress fusion: VLA on robosuite lift (real executions = simulator episodes)"),
     ("estimators-synthetic-program-full.json", "estimators",
      "The ablation ladder on the same groups: synthetic program, GRPO advantages"),
     ("estimators-synthetic-program-centred-full.json", "estimators",
@@ -53,6 +55,7 @@ HEADLINE = (
     ("synthetic-program", "speedup-synthetic-program-full.json"),
     ("synthetic-control", "speedup-synthetic-control-full.json"),
     ("autoresearch", "speedup-autoresearch-full.json"),
+    ("vla (lift)", "speedup-vla-full.json"),
 )
 
 PAPER = ("The paper's headline, for comparison: about 3.1–3.4x fewer GPU-hours than GRPO on real "

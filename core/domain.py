@@ -29,6 +29,8 @@ class Domain(ABC):
     config_class: ClassVar[type]
     #: the world model a config gets when it names none (`world_model.type`); None: the domain has none
     default_world_model: ClassVar[str | None] = None
+    #: per `estimator.mode`, a world model that mode gets instead of `default_world_model` when none is named
+    mode_world_models: ClassVar[dict[str, str]] = {}
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -58,6 +60,11 @@ class Domain(ABC):
     def episode_stats(self, trajectory: Trajectory) -> dict[str, float]:
         """Per-episode numbers worth a column in `wmrl eval`'s per-task table (e.g. a parse rate); none by default."""
         return {}
+
+    def report(self, run_dir: Path, cfg: Any) -> list[str]:
+        """Markdown lines (and figures written under `run_dir`) this domain adds to a finished run's report,
+        given the run's config; none by default."""
+        return []
 
     def oracle_reward(self, trajectory: Trajectory) -> float | None:
         """The true reward when it is free to compute (synthetic domains); None elsewhere.

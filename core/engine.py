@@ -39,7 +39,7 @@ from wmrl.core.errors import CheckpointError, StorageError
 from wmrl.core.ranks import current_ranks
 from wmrl.core.validation import validate_config
 
-__all__ = ["EngineConfig", "Engine", "ParamGroup", "ensure_distributed"]
+__all__ = ["EngineConfig", "Engine", "ParamGroup", "ensure_distributed", "saved_client_state"]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,16 @@ def ensure_distributed() -> None:
     # process already listens on.
     for k in ours:
         os.environ.pop(k, None)
+
+
+def saved_client_state(directory: str | Path) -> dict | None:
+    """The `client_state` of the newest whole checkpoint in `directory`, read without building an engine
+    (what a report needs from a finished run: its world model's state, not its weights); None if none."""
+    for _, folder in ckpt.tags(Path(directory)):
+        if ckpt.damage(folder) is None:
+            state = torch.load(folder / "mp_rank_00_model_states.pt", map_location="cpu", weights_only=False)
+            return state[_CLIENT_KEY]
+    return None
 
 
 class Engine:

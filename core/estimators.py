@@ -1,4 +1,4 @@
-"""Reward estimators: the modes `real`, `wm` and `wmrl` behind one interface.
+"""Reward estimators: the modes `real`, `wm`, `wmrl` and `fused` behind one interface.
 
 All baselines and ablations come from one config key (`estimator.mode` plus the
 `debias`/`denoise` switches), so a comparison is a change of one value, never a
@@ -50,6 +50,8 @@ class EstimatorConfig:
     rectified: bool = False
     tune_lambda: bool = False  # rectified only: PPI++'s power-tuned lambda instead of 1
     lambda_half_life: float = 4.0  # steps, for the tuned lambda's running sums
+    #: mode fused: the share of the world model's dense score a failed real episode gets (success stays 1)
+    fusion_weight: float = 0.5
     debias: DebiasConfig = field(default_factory=DebiasConfig)
     denoise: DenoiseConfig = field(default_factory=DenoiseConfig)
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
@@ -59,6 +61,8 @@ class EstimatorConfig:
             raise ValueError(f"estimator.mode: unknown mode {self.mode!r}; choose one of {', '.join(ESTIMATORS.names())}")
         if not self.lambda_half_life > 0:
             raise ValueError(f"estimator.lambda_half_life must be > 0 (steps), got {self.lambda_half_life!r}")
+        if not 0.0 <= self.fusion_weight <= 1.0:
+            raise ValueError(f"estimator.fusion_weight must be in [0, 1], got {self.fusion_weight!r}")
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,33 @@ class WorldModelEstimator(_Base):
 
     def estimate(self, groups: Sequence[Group]) -> Estimate:
         return self._single_source(groups, _wm)
+
+
+@ESTIMATORS.register("fused")
+class FusedEstimator(_Base):
+    """Every group real, the sparse real grade fused with the world model's dense score of the same episode.
+
+    reward = real + (1 - real) * fusion_weight * score, with score in [0, 1]: a
+    success keeps its 1, a failure gets partial credit for how far it got (the
+    seed method's VLA track: a progress model on real frames). A missing score
+    leaves the real grade alone; an unknown real grade stays unknown.
+    """
+
+    fixed_anchor_fraction = 1.0
+
+    def estimate(self, groups: Sequence[Group]) -> Estimate:
+        beta = self.cfg.fusion_weight
+
+        def fused(group: Group) -> list[float | None]:
+            out: list[float | None] = []
+            for real, score in zip(_real(group), _wm(group)):
+                if real is None or score is None:
+                    out.append(real)
+                else:
+                    out.append(real + (1.0 - real) * beta * min(max(score, 0.0), 1.0))
+            return out
+
+        return self._single_source(groups, fused)
 
 
 @ESTIMATORS.register("wmrl")

@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(str(exc)) from None
             print(json.dumps({k: v for k, v in out.items() if k != "config"}, default=str))
     except (ConfigError, FileNotFoundError, KeyError) as exc:
-        print(f"wmrl {args.cmd}: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        # a KeyError's str() is its repr; an OSError's args[0] is its errno
+        print(f"wmrl {args.cmd}: error: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}",
+              file=sys.stderr)
         return 2
     except Interrupted as exc:
         print(f"wmrl {args.cmd}: {exc}", file=sys.stderr)

@@ -184,12 +184,14 @@ def load_config(source: str | Path | dict | RunConfig | DictConfig | None = None
 
 
 def _world_model_type(raw: DictConfig, domain: str) -> str | None:
-    """`world_model.type`, or the domain's default; refused unless it is registered for `domain`."""
+    """`world_model.type`, or the domain's default (for the configured mode); refused unless it serves `domain`."""
     name = OmegaConf.select(raw, "world_model.type", default=None)
     fits = world_models_for(domain)
     offer = f"world models for domain {domain!r}: {', '.join(fits) or 'none'} (or register one with @wmrl.register_world_model)"
     if name is None:
-        name = DOMAINS.get(domain).default_world_model
+        cls = DOMAINS.get(domain)
+        mode = OmegaConf.select(raw, "estimator.mode", default=None)
+        name = cls.mode_world_models.get(mode, cls.default_world_model)
         if name is None and OmegaConf.select(raw, "world_model", default=None):
             raise ConfigError(f"world_model: domain {domain!r} has no default world model; set world_model.type ({offer})")
         return name

@@ -11,11 +11,15 @@ against the real one on every anchor pair in the run store.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
 from wmrl.core.metrics import read_jsonl
+from wmrl.core.registry import DOMAINS
 from wmrl.core.store import RunStore
+
+log = logging.getLogger(__name__)
 
 DIAGNOSTICS = ("anchor_fraction", "calibrated", "bias_reduction", "anchor_weight")
 TIMES = ("time_generation", "time_wm", "time_real", "time_update")
@@ -94,6 +98,19 @@ def _fmt(v) -> str:
     return "—" if v is None or (isinstance(v, float) and not math.isfinite(v)) else f"{v:.3f}"
 
 
+def _domain_section(run_dir: Path) -> list[str]:
+    """What the run's domain adds (`Domain.report`); a section that cannot be drawn is left out with a warning."""
+    from wmrl.config import load_run_config
+
+    try:
+        cfg = load_run_config(run_dir)
+        cfg.run_dir = str(run_dir)
+        return DOMAINS.get(cfg.domain.name)(cfg.domain).report(run_dir, cfg)
+    except Exception as exc:  # noqa: BLE001 - an optional section never costs the report
+        log.warning("the %s report section was left out: %s: %s", run_dir, type(exc).__name__, exc)
+        return []
+
+
 def write_report(run_dir: str | Path) -> Path:
     run_dir = Path(run_dir)
     rows = read_jsonl(run_dir / "metrics.jsonl")
@@ -139,6 +156,7 @@ def write_report(run_dir: str | Path) -> Path:
         "",
         *[f"![{p}]({p})" for p in plots],
         "",
+        *_domain_section(run_dir),
     ]
     out = run_dir / "report.md"
     out.write_text("\n".join(lines))

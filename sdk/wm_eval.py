@@ -13,8 +13,11 @@ predicted again having also learned from the earlier rounds on those tasks
 can be measured on the same stream (`--world-model`), so two are compared on
 identical data. The model runs under the same `WorldModelRuntime` as in
 training (failures become unknown grades, fits may run in the background).
-Metrics are `wmrl.world_models.fidelity`'s; JSON and a plot per section go to
-RUN_DIR/wm_eval/.
+Metrics are `wmrl.world_models.fidelity`'s (with the success AUC where real
+outcomes are success/failure, as on the VLA domain); a model that imagines
+observations (the embodied VLA world model) adds `open_loop_error`: per held-out
+split and turn, its imagined observations against the real ones with the real
+actions replayed. JSON and a plot per section go to RUN_DIR/wm_eval/.
 """
 
 from __future__ import annotations
@@ -87,11 +90,17 @@ def evaluate_world_model(run_dir: str | Path, world_model: str | None = None, *,
             for split in splits:
                 warm[f"{split}_warm"].extend(_predict(wm, [s for s in batch if s.split == split]))
         wm.learn([s.trajectory for s in batch])
-    wm.close()  # a fit still running in a thread must not outlive the process's torch runtime
     sections.update(warm)
+    # a model that imagines observations (the embodied WM): their error against the real held-out episodes
+    open_loop = getattr(wm.model, "open_loop_error", None)
+    errors = {split: open_loop([s.trajectory for s in held if s.split == split]) for split in splits} \
+        if open_loop is not None else {}
+    wm.close()  # a fit still running in a thread must not outlive the process's torch runtime
 
     out_dir = run_dir / "wm_eval"
     result: dict = {"run_dir": str(run_dir), "world_model": name, "warmup": warmup, "fitted_on": seen}
+    if errors:
+        result["open_loop_error"] = errors  # per split, per turn after the first: relative squared error
     for section, rows in sections.items():
         if rows:
             metrics = fidelity(**_columns(rows))

@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny causal LM and its tokenizer, built here (no Hub download) and saved as a model folder;
-the embedded AutoResearch agent, built once per session (the agent tests and the durability tests use it)."""
+the embedded AutoResearch agent, built once per session (the agent tests and the durability tests use it); a
+behaviour-cloned VLA policy beside its demonstrations (the VLA training and world-model tests use it)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,27 @@ def agent(tmp_path_factory):
     t0 = time.perf_counter()
     path = build_default_agent(cache, **BUILD)
     return cache, path, time.perf_counter() - t0
+
+
+@pytest.fixture(scope="session")
+def vla_bc(tmp_path_factory):
+    """A folder with `demos/` (a LeRobotDataset of 4 scripted lift demos) and `policy/` (a WmrlVLAPolicy
+    behaviour-cloned on them for 300 updates): it sometimes lifts the cube on its training scenes, so GRPO
+    groups see both grades and a world model has both outcomes to learn (an untrained policy never succeeds)."""
+    pytest.importorskip("robosuite")
+    pytest.importorskip("lerobot")
+    from wmrl.domains.vla.bc import BCConfig, behaviour_clone
+    from wmrl.domains.vla.collect import CollectConfig, collect_demos
+    from wmrl.domains.vla.dataset import load_dataset
+    from wmrl.domains.vla.policy.adapter import VLAPolicy
+    from wmrl.domains.vla.policy.configuration_wmrl_vla import WmrlVLAConfig
+
+    root = tmp_path_factory.mktemp("vla-bc")
+    counts = collect_demos(root / "demos", CollectConfig(episodes_per_family=4, families=["lift"]), progress=False)
+    assert counts["lift"]["kept"] == 4
+    meta = load_dataset(root / "demos").meta
+    policy = VLAPolicy.build(WmrlVLAConfig.from_dataset(meta, device="cpu"), seed=0)
+    behaviour_clone(policy.policy, root / "demos", root / "bc", BCConfig(steps=300, val_episodes=0, eval_every=300,
+                                                                        checkpoint_every=300), progress=False)
+    policy.save_pretrained(str(root / "policy"))
+    return root

@@ -10,9 +10,10 @@ from wmrl.bench.harness import IncomparableRuns, RunRecord, summarize, time_to_r
 from wmrl.config import ConfigError
 
 
-def rec(mode, seed, steps=10, digest="t", final=0.5, wall=10.0):
-    hist = [{"step": 0, "wall": 0.0, "eval_test_id": 0.1}, {"step": steps, "wall": wall, "eval_test_id": final}]
-    return RunRecord(mode, seed, steps, digest, hist, 100, wall, wall / 2)
+def rec(mode, seed, steps=10, digest="t", final=0.5, wall=10.0, execs=100):
+    hist = [{"step": 0, "wall": 0.0, "real_executions": 0, "eval_test_id": 0.1},
+            {"step": steps, "wall": wall, "real_executions": execs, "eval_test_id": final}]
+    return RunRecord(mode, seed, steps, digest, hist, execs, wall, wall / 2)
 
 
 def test_refuses_ratios_across_different_seeds_tasks_or_update_counts():
@@ -38,6 +39,22 @@ def test_summary_medians_ratio_and_time_to_reach():
     t = targets(out)
     assert t["wmrl_reaches_real_final_4x_sooner"] and t["modes_4x_sooner"] == ["wmrl"]
     assert time_to_reach(runs[0].history, 0.9) is None
+
+
+def test_vla_targets_count_simulator_episodes_and_wall_clock_to_real_final():
+    from wmrl.bench.speedup import targets
+
+    runs = [rec("real", s, final=0.6, wall=40.0, execs=480) for s in range(3)]
+    runs += [rec("wmrl", s, final=0.6, wall=15.0, execs=120) for s in range(3)]
+    out = {"config": "vla", **summarize(runs)}
+    w = out["modes"]["wmrl"]
+    assert w["real_executions_to_reference_final_median"] == 120 and w["fewer_real_executions_to_reference_final"] == 4.0
+    t = targets(out)
+    assert t["wmrl_3x_fewer_sim_episodes_to_real_final"] and t["wmrl_2x_less_wall_to_real_final"]
+    slow = [rec("real", s, final=0.6, wall=40.0, execs=480) for s in range(3)]
+    slow += [rec("wmrl", s, final=0.6, wall=25.0, execs=200) for s in range(3)]
+    t = targets({"config": "vla", **summarize(slow)})
+    assert not t["wmrl_3x_fewer_sim_episodes_to_real_final"] and not t["wmrl_2x_less_wall_to_real_final"]
 
 
 def test_speedup_benchmark_writes_json_table_plot_and_targets(tmp_path):

@@ -26,6 +26,17 @@ def test_real_mode_uses_real_grades_and_excludes_unknown():
     assert e.advantages[0][0] < 0 < e.advantages[0][2]
 
 
+def test_fused_mode_gives_failures_partial_credit_from_the_score_and_keeps_successes_and_unknowns():
+    est = build_estimator(EstimatorConfig(mode="fused", fusion_weight=0.5), 0.1)
+    assert est.anchor_fraction == 1.0 and est.uses_world_model
+    e = est.estimate([group("a", [1.0, 0.0, 0.0, None, 0.0], [0.2, 0.8, 1.7, 0.9, None], True)])
+    # success stays 1; a failure gets 0.5 x its score (clipped to [0, 1]); no score: the real grade alone
+    assert e.rewards[0] == [1.0, 0.4, 0.5, None, 0.0]
+    assert e.advantages[0][3] is None and e.advantages[0][1] > e.advantages[0][4]
+    with pytest.raises(ValueError, match="fusion_weight"):
+        build_estimator(EstimatorConfig(mode="fused", fusion_weight=1.5), 0.1)
+
+
 def test_wm_mode_never_turns_an_unknown_grade_into_zero():
     est = build_estimator(EstimatorConfig(mode="wm"), 0.5)
     assert est.anchor_fraction == 0.0

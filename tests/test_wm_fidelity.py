@@ -137,3 +137,14 @@ def test_variance_error_correlation_says_whether_the_wm_knows_where_it_is_wrong(
     blind = fidelity(np.arange(n), np.zeros(n), wm, rng.permutation(sd) ** 2, real)
     assert honest["var_error_spearman"] > 0.3
     assert abs(blind["var_error_spearman"]) < 0.1
+
+
+def test_success_auc_is_the_chance_a_success_outranks_a_failure():
+    from wmrl.world_models.fidelity import success_auc
+
+    assert success_auc([0.9, 0.8, 0.1, 0.2], [1, 1, 0, 0]) == 1.0
+    assert success_auc([0.1, 0.8, 0.9, 0.2], [1, 1, 0, 0]) == 0.25  # of 4 (success, failure) pairs, 1 ordered
+    assert success_auc([0.5, 0.5, 0.5], [1, 0, 0]) == 0.5  # ties count half
+    assert success_auc([0.3, 0.4], [1, 1]) is None and success_auc([0.3, 0.4], [0.5, 1]) is None
+    # the metric is in every section's core metrics
+    assert fidelity(["a", "a", "b", "b"], [0, 0, 1, 1], [0.9, 0.1, 0.8, 0.2], [0.01] * 4, [1, 0, 1, 0])["success_auc"] == 1.0

@@ -66,6 +66,18 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return float((rx * ry).sum() / denom) if denom > 0 else float("nan")
 
 
+def success_auc(wm: Sequence[float], real: Sequence[float]) -> float | None:
+    """For binary real outcomes (success 1 / failure 0): the chance that the WM scores a random success
+    above a random failure (ROC AUC, ties counted half); None unless both outcomes occur."""
+    m, r = np.asarray(wm, float), np.asarray(real, float)
+    pos = r == 1.0
+    if not np.all(pos | (r == 0.0)) or pos.all() or not pos.any():
+        return None
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    rank_sum = float((_ranks(m)[pos] + 1).sum())
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+
+
 def _nan_to_none(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
@@ -188,6 +200,7 @@ def _core(g: np.ndarray, m: np.ndarray, v: np.ndarray, r: np.ndarray, levels: Se
         "n_groups_ranked": n_ranked,
         "n_groups_constant_wm": n_const,
         "spearman": _nan_to_none(spearman(m, r)) if n >= 2 else None,
+        "success_auc": success_auc(m, r),
         "mae": _nan_to_none(float(np.mean(np.abs(m - r)))) if n else None,
         "bias": _nan_to_none(float(np.mean(m - r))) if n else None,
         "n_with_var": int(has_var.sum()),

@@ -25,9 +25,19 @@ error on the episodes their bootstrap left out (an honest residual, not the
 training fit). Each `fit` continues from the current weights on the episode
 window, so calling it once per training step is cheap and converges over steps.
 
+Episodes that end early on success (a robot task ends the moment it is solved)
+need the model to say *when* an imagined episode ends. With `success_head` the
+reward head is scored after every action -- 0 before the episode's last action,
+the episode's reward after it -- so it reads as "solved by now", and an imagined
+episode ends where the member mean crosses `success_threshold`, as a real one
+ends at success.
+
 `LatentWorldModel` wraps the ensemble as a `WorldModel` for any domain whose
-observations and actions are numeric vectors and whose reward comes at the last
-step; the synthetic control domain registers it as `latent-dynamics`.
+reward comes at the last step. Observations reach the ensemble as numeric
+vectors through an `ObservationCodec` (identity by default: the synthetic
+control domain, which registers it as `latent-dynamics`, has vector
+observations; the VLA domain's codec turns camera images into its policy's
+frozen camera features, `domains/vla/world_model.py`).
 """
 
 from __future__ import annotations
@@ -40,7 +50,7 @@ import torch
 import torch.nn.functional as F
 
 from wmrl.core.interfaces import WorldModel
-from wmrl.core.types import Task, Trajectory, Transition
+from wmrl.core.types import Prediction, Task, Trajectory, Transition
 
 Params = dict[str, torch.Tensor]
 
@@ -57,7 +67,7 @@ def _mlp(params: Params, name: str, x: torch.Tensor) -> torch.Tensor:
 class LatentDynamicsEnsemble:
     def __init__(self, obs_dim: int, action_dim: int, members: int = 5, latent_dim: int = 16, hidden: int = 32,
                  epochs: int = 150, refit_epochs: int = 50, batch_episodes: int = 256, lr: float = 1e-2,
-                 weight_decay: float = 1e-4, window: int = 2048, seed: int = 0):
+                 weight_decay: float = 1e-4, window: int = 2048, seed: int = 0, success_head: bool = False):
         if members < 2:
             raise ValueError("LatentDynamicsEnsemble needs members >= 2 (their disagreement is the variance)")
         self.obs_dim, self.action_dim = obs_dim, action_dim
@@ -65,6 +75,7 @@ class LatentDynamicsEnsemble:
         self.epochs, self.refit_epochs, self.batch_episodes = epochs, refit_epochs, batch_episodes
         self.lr, self.weight_decay = lr, weight_decay
         self.window, self.seed = window, seed
+        self.success_head = success_head
         self._episodes: list[tuple[np.ndarray, np.ndarray, float]] = []
         self._params: Params | None = None
         self._norm: dict[str, np.ndarray] = {}
@@ -152,8 +163,9 @@ class LatentDynamicsEnsemble:
         # the first observation holds, and the final latent need not carry it
         return torch.sigmoid(_mlp(params, "rew", torch.cat([z0, z], -1))[..., 0])
 
-    def _unroll(self, params: Params, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per member and episode: mean squared observation error, and the final predicted reward."""
+    def _unroll(self, params: Params, b: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per member and episode: mean squared observation error, the reward loss (in units of the
+        rewards' variance) and the predicted reward after the episode's last action."""
         M = self.members
         N, T, _ = b["obs"].shape
         z0 = _mlp(params, "enc", b["obs"][:, 0].expand(M, N, -1))
@@ -164,9 +176,23 @@ class LatentDynamicsEnsemble:
             zs.append(z)
             nxt = self._transition(params, z, a_proj[:, :, t])
             z = torch.where(b["act_mask"][:, t, None].bool(), nxt, z) if ragged else nxt  # shorter episodes stop
-        decoded = _mlp(params, "dec", torch.stack(zs, 2).view(M, N * T, -1)).view(M, N, T, -1)
+        latents = torch.stack(zs, 2)  # [M, N, T, L]: the latent before each action
+        decoded = _mlp(params, "dec", latents.view(M, N * T, -1)).view(M, N, T, -1)
         sq = ((decoded - b["obs"]) ** 2).mean(-1) * b["obs_mask"]
-        return sq.sum(-1) / b["obs_mask"].sum(1), self._reward(params, z0, z)
+        obs_err = sq.sum(-1) / b["obs_mask"].sum(1)
+        reward_var = float(self._norm["reward_var"])
+        if not self.success_head:
+            r_final = self._reward(params, z0, z)
+            return obs_err, (r_final - b["reward"]) ** 2 / reward_var, r_final
+        # after action t the latent is latents[t + 1] (the final z after the last); "solved by now" at every step
+        after = torch.cat([latents[:, :, 1:], z[:, :, None]], 2)
+        r_steps = self._reward(params, z0[:, :, None].expand(-1, -1, T, -1).reshape(M, N * T, -1),
+                               after.reshape(M, N * T, -1)).view(M, N, T)
+        last = (b["act_mask"].sum(1).long() - 1).clamp(min=0)
+        target = torch.zeros_like(b["act_mask"])
+        target[torch.arange(N), last] = b["reward"]
+        steps = ((r_steps - target) ** 2 * b["act_mask"]).sum(-1)
+        return obs_err, steps / reward_var, r_steps.gather(2, last.expand(M, -1)[..., None])[..., 0]
 
     def fit(self) -> None:
         """Train on the episode window: `epochs` steps from a fresh init the first time,
@@ -185,15 +211,14 @@ class LatentDynamicsEnsemble:
         epochs = self.epochs if self._params is None else self.refit_epochs
         params = {k: v.clone().requires_grad_() for k, v in start.items()}
         opt = torch.optim.AdamW(params.values(), lr=self.lr, weight_decay=self.weight_decay, fused=True)
-        reward_var = float(self._norm["reward_var"])
         for _ in range(epochs):
             if N > self.batch_episodes:
                 rows = torch.as_tensor(np.sort(rng.choice(N, self.batch_episodes, replace=False)))
                 mb, wb = {k: v[rows] for k, v in b.items()}, w[:, rows]
             else:
                 mb, wb = b, w
-            obs_err, r_hat = self._unroll(params, mb)
-            loss = (wb * (obs_err + (r_hat - mb["reward"]) ** 2 / reward_var)).sum() / len(mb["reward"])
+            obs_err, reward_err, _ = self._unroll(params, mb)
+            loss = (wb * (obs_err + reward_err)).sum() / len(mb["reward"])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -201,7 +226,7 @@ class LatentDynamicsEnsemble:
             raise FloatingPointError(f"LatentDynamicsEnsemble fit diverged (loss {float(loss)}); lower lr")
         self._params = {k: v.detach().clone() for k, v in params.items()}
         with torch.no_grad():
-            _, r_hat = self._unroll(self._params, b)
+            _, _, r_hat = self._unroll(self._params, b)
         sq = (r_hat - b["reward"]).double() ** 2  # [members, episodes]
         out_of_bag = torch.as_tensor(counts == 0)
         per_member = [sq[m][out_of_bag[m]].mean() if out_of_bag[m].any() else sq[m].mean() for m in range(self.members)]
@@ -262,72 +287,156 @@ class LatentDynamicsEnsemble:
         self._noise, self._fits = float(state["noise"]), int(state["fits"])
 
 
+class ObservationCodec:
+    """How a domain's observations reach the ensemble: as vectors, and back as what its policy reads.
+
+    The identity for observations that are numeric vectors already. A domain with
+    richer observations (images, an instruction) overrides both: `vectors` maps a
+    batch of real or imagined observations to the ensemble's vectors, and
+    `observations` maps imagined vectors back, given each episode's first
+    observation (for what the model does not imagine, e.g. the instruction).
+    """
+
+    def vectors(self, observations: Sequence[Any]) -> np.ndarray:
+        return np.stack([np.asarray(o, np.float32).reshape(-1) for o in observations])
+
+    def observations(self, vectors: np.ndarray, firsts: Sequence[Any]) -> list[Any]:
+        return list(np.asarray(vectors, np.float32))
+
+
 class LatentWorldModel(WorldModel):
     """A `LatentDynamicsEnsemble` behind the reset/step interface, learning from real anchors.
 
     `initial_observations(tasks)` gives the real first observation of each task's episode
     (the one thing the model is not asked to imagine); episodes end after `horizon`
-    actions, with the predicted reward and its variance. Actions are clipped to
+    actions (an int, or a function of the task), or, with the ensemble's success head,
+    as soon as the member-mean success reaches `success_threshold`; the reward and its
+    variance come with the last transition. Actions are clipped to
     [action_low, action_high] as the real environment does. Before the first fit the
     model knows nothing: observations do not change and the reward is the prior.
     """
 
     def __init__(self, model: LatentDynamicsEnsemble,
-                 initial_observations: Callable[[Sequence[Task]], Sequence[np.ndarray]], horizon: int,
-                 action_low: float = -1.0, action_high: float = 1.0, prior_mean: float = 0.5, prior_var: float = 0.08):
-        self.model, self.initial_observations, self.horizon = model, initial_observations, horizon
+                 initial_observations: Callable[[Sequence[Task]], Sequence[Any]], horizon: int | Callable[[Task], int],
+                 action_low: float = -1.0, action_high: float = 1.0, prior_mean: float = 0.5, prior_var: float = 0.08,
+                 codec: ObservationCodec | None = None, success_threshold: float = 0.5):
+        self.model, self.initial_observations = model, initial_observations
+        self.horizon = horizon if callable(horizon) else (lambda task, h=horizon: h)
         self.action_low, self.action_high = action_low, action_high
         self.prior_mean, self.prior_var = prior_mean, prior_var
+        self.codec = codec or ObservationCodec()
+        self.success_threshold = success_threshold
         self._z0: torch.Tensor | None = None  # [members, batch, latent] at reset; None before any fit
         self._z: torch.Tensor | None = None
-        self._obs: list[np.ndarray] = []
+        self._first: list[Any] = []
+        self._obs: list[Any] = []
         self._t = np.zeros(0, dtype=int)
+        self._limit = np.zeros(0, dtype=int)
+        self._done = np.zeros(0, dtype=bool)
 
-    def _clip(self, action: Any) -> np.ndarray:
-        return np.clip(np.asarray(action, np.float32), self.action_low, self.action_high)
+    def _action(self, action: Any) -> np.ndarray:
+        return np.clip(np.asarray(action, np.float32), self.action_low, self.action_high).reshape(-1)
 
     def reset(self, tasks: Sequence[Task]) -> list[Any]:
-        self._obs = [np.asarray(o, np.float32) for o in self.initial_observations(tasks)]
-        self._t = np.zeros(len(self._obs), dtype=int)
-        self._z0 = self.model.encode(np.stack(self._obs)) if self.model.fitted and self._obs else None
+        self._first = list(self.initial_observations(tasks))
+        self._obs = list(self._first)
+        self._t = np.zeros(len(tasks), dtype=int)
+        self._limit = np.array([self.horizon(t) for t in tasks], dtype=int)
+        self._done = np.zeros(len(tasks), dtype=bool)
+        fitted = self.model.fitted and len(tasks) > 0
+        self._z0 = self.model.encode(self.codec.vectors(self._first)) if fitted else None
         self._z = None if self._z0 is None else self._z0.clone()
         return list(self._obs)
 
+    def _advance(self, live: list[int], actions: Sequence[Any]) -> tuple[np.ndarray, np.ndarray] | None:
+        """Step the live episodes' latents; their reward mean and variance now (None before any fit)."""
+        self._t[live] += 1
+        if self._z is None:
+            return None
+        idx = torch.as_tensor(live)
+        self._z[:, idx] = self.model.step(self._z[:, idx], np.stack([self._action(actions[i]) for i in live]))
+        return self.model.reward(self._z0[:, idx], self._z[:, idx])
+
+    def _ends(self, live: list[int], scores: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+        """Which live episodes end now: out of turns, or (success head) predicted solved."""
+        ended = self._t[live] >= self._limit[live]
+        if scores is not None and self.model.success_head:
+            ended |= scores[0] >= self.success_threshold
+        return ended
+
+    def _graded(self, scores: tuple[np.ndarray, np.ndarray] | None, k: int) -> tuple[float, float]:
+        if scores is None:
+            return self.prior_mean, self.prior_var
+        return float(scores[0][k]), float(scores[1][k])
+
     def step(self, actions: Sequence[Any | None]) -> list[Transition | None]:
         out: list[Transition | None] = [None] * len(actions)
-        live = [i for i, a in enumerate(actions) if a is not None]
+        live = [i for i, a in enumerate(actions) if a is not None and not self._done[i]]
         if not live:
             return out
-        self._t[live] += 1
+        scores = self._advance(live, actions)
         if self._z is not None:
-            idx = torch.as_tensor(live)
-            self._z[:, idx] = self.model.step(self._z[:, idx], np.stack([self._clip(actions[i]) for i in live]))
-            for i, o in zip(live, self.model.observe(self._z[:, idx])):
+            vectors = self.model.observe(self._z[:, torch.as_tensor(live)])
+            for i, o in zip(live, self.codec.observations(vectors, [self._first[i] for i in live])):
                 self._obs[i] = o
-        done = [i for i in live if self._t[i] >= self.horizon]
-        if self._z is not None and done:
-            idx = torch.as_tensor(done)
-            mean, var = self.model.reward(self._z0[:, idx], self._z[:, idx])
-        else:
-            mean, var = np.full(len(done), self.prior_mean), np.full(len(done), self.prior_var)
-        final = {i: (float(m), float(v)) for i, m, v in zip(done, mean, var)}
-        for i in live:
-            r, v = final.get(i, (0.0, 0.0))
-            out[i] = Transition(self._obs[i], r, i in final, reward_var=v, info={"simulated": True})
+        for k, (i, end) in enumerate(zip(live, self._ends(live, scores))):
+            r, v = self._graded(scores, k) if end else (0.0, 0.0)
+            self._done[i] = bool(end)
+            out[i] = Transition(self._obs[i], r, bool(end), reward_var=v, info={"simulated": True})
         return out
+
+    def predict(self, trajectories: Sequence[Trajectory]) -> list[Prediction]:
+        """Replay each trajectory's actions in the model: its grade is the reward where the model
+        ends the episode, or, if the actions run out first, after the last of them."""
+        if not trajectories:
+            return []
+        self.reset([t.task for t in trajectories])
+        grades: list[tuple[float, float] | None] = [None] * len(trajectories)
+        for turn in range(max(t.turns for t in trajectories)):
+            live = [i for i, t in enumerate(trajectories) if turn < t.turns and grades[i] is None]
+            if not live:
+                break
+            scores = self._advance(live, [t.actions[turn] if turn < t.turns else None for t in trajectories])
+            for k, (i, end) in enumerate(zip(live, self._ends(live, scores))):
+                if end or turn == trajectories[i].turns - 1:
+                    grades[i] = self._graded(scores, k)
+        return [Prediction.checked(*g) if g is not None else Prediction(None, error="no action to grade")
+                for g in grades]
+
+    def trace(self, trajectory: Trajectory) -> tuple[np.ndarray, np.ndarray]:
+        """What the model imagines along one episode's actions, replayed open loop from its real first
+        observation: the observation vector before each action ([T, obs]; the first is the real one's
+        reconstruction) and the reward mean after each ([T]: with a success head, "solved by now")."""
+        if not self.model.fitted:
+            raise RuntimeError("the latent world model is not fitted yet: it imagines nothing")
+        z0 = self.model.encode(self.codec.vectors(trajectory.observations[:1]))
+        z, vectors, rewards = z0, [], []
+        for action in trajectory.actions:
+            vectors.append(self.model.observe(z)[0])
+            z = self.model.step(z, self._action(action)[None])
+            rewards.append(float(self.model.reward(z0, z)[0][0]))
+        return np.stack(vectors), np.array(rewards)
 
     def fit(self, anchors: Sequence[Trajectory]) -> None:
         """Learn from complete real episodes with a known grade; the rest carry no dynamics."""
-        added = 0
+        usable = []
         for traj in anchors:
             # simulated observations would teach the model its own mistakes
-            if traj.source != "real" or traj.real is None or not traj.real.known or traj.turns != self.horizon:
+            if traj.source != "real" or traj.real is None or not traj.real.known or not traj.turns:
                 continue
-            acts = np.stack([self._clip(a) for a in traj.actions])
-            self.model.add_episode(np.stack(traj.observations), acts, traj.real.reward)
-            added += 1
-        if added:
-            self.model.fit()
+            limit = self.horizon(traj.task)
+            # an episode ends at its horizon, or before it when the model can learn when tasks are solved
+            if traj.turns == limit or (self.model.success_head and traj.turns < limit):
+                usable.append(traj)
+        if not usable:
+            return
+        vectors = self.codec.vectors([o for t in usable for o in t.observations])
+        start = 0
+        for traj in usable:
+            acts = np.stack([self._action(a) for a in traj.actions])
+            self.model.add_episode(vectors[start:start + traj.turns], acts, traj.real.reward)
+            start += traj.turns
+        self.model.fit()
 
     def state_dict(self) -> dict:
         return self.model.state_dict()

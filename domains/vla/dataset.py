@@ -40,6 +40,8 @@ log = logging.getLogger(__name__)
 
 IMAGE_KEY = "observation.images.agentview"
 STATE_KEY = "observation.state"
+#: the camera encoder's output in place of the image: what an embodied world model's imagined observation holds
+FEATURES_KEY = "observation.features"
 ACTION_KEY = "action"
 STATE_NAMES = ["eef_x", "eef_y", "eef_z", "eef_qx", "eef_qy", "eef_qz", "eef_qw", "gripper_l", "gripper_r"]
 ACTION_NAMES = ["dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper"]

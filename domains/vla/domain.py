@@ -1,4 +1,4 @@
-"""The VLA domain registered with the core trainer: `wmrl train vla-rl` is GRPO in the real simulator.
+"""The VLA domain registered with the core trainer: `wmrl train vla-rl` post-trains a BC policy with RL.
 
 `VLADomain` wires what already exists into the trainer: tasks from
 `tasks.make_tasks` (per-family counts per split), a `WmrlVLAPolicy` loaded
@@ -9,14 +9,16 @@ ceil(longest horizon / chunk) turns. The env's grades are the default
 `RealEnv.outcome`: success 1.0, a truncated episode 0.0, a failed simulator
 worker an unknown grade.
 
-The domain has no world model yet (`default_world_model = None`): the
-embodied world model is a later step, so only `estimator.mode=real` runs; a
-`wm` or `wmrl` config is refused at load with one line that names the missing
-world model (`sdk/config.py`'s `validate`).
+Every mode of the core runs here: `real` (GRPO with every group in the
+simulator), `wm` and `wmrl` with the `embodied` world model (episodes imagined
+in the frozen camera-feature space of the BC policy; `world_model.py`), and
+`fused`, the seed method's VLA track (every group in the simulator, success
+fused with the `progress` model's score of the real frames), which gets the
+`progress` world model without naming it.
 
-Imports here stay light (numpy, the task and env modules): every config load
-imports the registered domains, and lerobot (about 10 s to import) is only
-imported when a policy is built.
+Imports here stay light (numpy, torch, the task and env modules): every config
+load imports the registered domains, and lerobot (about 10 s to import) is only
+imported when a policy or a world model is built.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ class VLADomainConfig:
     seed: int = 0
     #: a `save_pretrained` folder of a WmrlVLAPolicy (the BC start); required
     policy: str = ""
-    #: learning-rate scale of the camera encoder relative to engine.lr
+    #: learning-rate scale of the camera encoder relative to engine.lr; 0 freezes it (required by the embodied
+    #: world model, which imagines in the BC encoder's feature space)
     vision_lr_scale: float = 1.0
     #: the real environment: workers, chunk, horizon_steps, step_timeout_s, ... (env.py's VLAEnvConfig)
     env: VLAEnvConfig = field(default_factory=VLAEnvConfig)
@@ -69,8 +72,9 @@ class VLADomainConfig:
         for name in self.families:
             if name not in FAMILIES:
                 raise ValueError(f"domain.families: unknown family {name!r}; known: {', '.join(FAMILIES)}")
-        if not self.vision_lr_scale > 0:
-            raise ValueError(f"domain.vision_lr_scale must be > 0, got {self.vision_lr_scale!r}")
+        if not self.vision_lr_scale >= 0:
+            raise ValueError(f"domain.vision_lr_scale must be >= 0 (0 freezes the camera encoder), "
+                             f"got {self.vision_lr_scale!r}")
         chunk = self.policy_chunk()
         if chunk > self.env.chunk:
             raise ValueError(f"domain.policy {self.policy} predicts chunks of {chunk} actions, more than "
@@ -96,7 +100,8 @@ class VLADomainConfig:
 @DOMAINS.register("vla")
 class VLADomain(Domain):
     config_class = VLADomainConfig
-    default_world_model = None  # the embodied world model is not built yet: estimator.mode=real only
+    default_world_model = "embodied"
+    mode_world_models = {"fused": "progress"}
 
     def __init__(self, cfg: VLADomainConfig):
         super().__init__(cfg)
@@ -127,9 +132,19 @@ class VLADomain(Domain):
     def make_real_env(self) -> RealEnv:
         return VLAEnv(self.cfg.env)
 
+    def report(self, run_dir: Path, cfg) -> list[str]:
+        """Imagined-vs-real strips of the run's last anchor group (`report.py`)."""
+        from wmrl.domains.vla.report import imagined_vs_real
+
+        return imagined_vs_real(self, run_dir, cfg)
+
     def make_archive(self, run_dir: Path) -> EpisodeArchive:
         """Real episodes go to LeRobotDatasets under RUN_DIR/experience, a frame per chunk (`experience.py`)."""
         from wmrl.domains.vla.experience import LeRobotArchive
 
         return LeRobotArchive(run_dir, fps=self.cfg.env.control_freq / self.chunk)
 
+
+
+# the domain's world models register themselves (after the domain: they name it)
+from wmrl.domains.vla import world_model as _world_models  # noqa: E402,F401

@@ -16,7 +16,7 @@ exactly; the price is that samples beyond the box are scored at the box's face
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from lerobot.policies.act.modeling_act import ACTPolicy
 from lerobot.utils.constants import OBS_IMAGES
 from wmrl.core.engine import ParamGroup
 from wmrl.core.interfaces import Policy
-from wmrl.domains.vla.dataset import ACTION_KEY, IMAGE_KEY, STATE_KEY
+from wmrl.domains.vla.dataset import ACTION_KEY, FEATURES_KEY, IMAGE_KEY, STATE_KEY
 from wmrl.domains.vla.policy.configuration_wmrl_vla import WmrlVLAConfig
 from wmrl.domains.vla.policy.modeling_wmrl_vla import ACTION_HIGH, ACTION_LOW, BoundedLogStd, Normalizer, WmrlVLAPolicy
 
@@ -36,16 +36,37 @@ from wmrl.domains.vla.policy.modeling_wmrl_vla import ACTION_HIGH, ACTION_LOW, B
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
-def observations_to_batch(observations: Sequence[dict[str, Any]], image_key: str = IMAGE_KEY) -> dict[str, Any]:
-    """Contract observations -> a lerobot batch (image float [B,3,H,W] in [0, 1], raw state, task)."""
+def observations_to_batch(observations: Sequence[dict[str, Any]], image_key: str = IMAGE_KEY,
+                          encode: Callable[[Tensor], Tensor] | None = None) -> dict[str, Any]:
+    """Contract observations -> a lerobot batch (image float [B,3,H,W] in [0, 1], raw state, task).
+
+    An imagined observation (an embodied world model's) holds `features`, the camera
+    encoder's output, instead of `image`; a batch with any of them carries
+    `observation.features` for every row, the real rows' computed by `encode`.
+    """
     if not observations:
         raise ValueError("no observations to act on")
-    images = np.stack([np.asarray(o["image"], dtype=np.uint8) for o in observations])
-    return {
-        image_key: torch.from_numpy(images).permute(0, 3, 1, 2).float() / 255.0,
+    batch: dict[str, Any] = {
         STATE_KEY: torch.from_numpy(np.stack([np.asarray(o["state"], dtype=np.float32) for o in observations])),
         "task": [str(o["instruction"]) for o in observations],
     }
+    imagined = [o for o in observations if "features" in o]
+    real = [o for o in observations if "features" not in o]
+    images = (torch.from_numpy(np.stack([np.asarray(o["image"], dtype=np.uint8) for o in real])).permute(0, 3, 1, 2)
+              .float() / 255.0) if real else None
+    if not imagined:
+        batch[image_key] = images
+        return batch
+    if encode is None:
+        raise ValueError("this policy acts on camera images only; imagined observations (camera features from an "
+                         "embodied world model) need a policy with a feature input, such as WmrlVLAPolicy")
+    given = torch.from_numpy(np.stack([np.asarray(o["features"], dtype=np.float32) for o in imagined]))
+    computed = encode(images) if real else given[:0]
+    rows, k_real, k_imag = [], iter(range(len(real))), iter(range(len(imagined)))
+    for o in observations:
+        rows.append(computed[next(k_real)] if "features" not in o else given[next(k_imag)].to(computed.device))
+    batch[FEATURES_KEY] = torch.stack(rows)
+    return batch
 
 
 def _sample(dist: torch.distributions.Normal, generator: torch.Generator | None, greedy: bool) -> Tensor:
@@ -69,12 +90,15 @@ class VLAPolicy(Policy):
     """The `wmrl_vla` policy as a wmrl Policy; actions are np.float32 [k, 7] chunks in [-1, 1]."""
 
     def __init__(self, policy: WmrlVLAPolicy, vision_lr_scale: float = 1.0):
+        """`vision_lr_scale` 0 freezes the camera encoder (what an embodied WM's feature space needs)."""
         self.policy = policy
         self.module: nn.Module = policy
         self.vision_lr_scale = vision_lr_scale
+        for p in policy.vision_parameters():
+            p.requires_grad_(vision_lr_scale > 0)
 
     def param_groups(self) -> list[ParamGroup] | None:
-        if self.vision_lr_scale == 1.0:
+        if self.vision_lr_scale in (0.0, 1.0):
             return None
         return [ParamGroup(self.policy.vision_parameters(), self.vision_lr_scale)]
 
@@ -97,7 +121,8 @@ class VLAPolicy(Policy):
         self.policy.reset()
 
     def _dist(self, observations: Sequence[dict]) -> torch.distributions.Normal:
-        return self.policy.distribution(observations_to_batch(observations, self.policy.config.image_key))
+        return self.policy.distribution(observations_to_batch(observations, self.policy.config.image_key,
+                                                              encode=self.policy.visual_features))
 
     def act(self, observations, *, generator=None, greedy=False):
         with torch.no_grad():

@@ -9,7 +9,9 @@ explodes and keeps its gradient).
 
 It speaks lerobot's batch format (`observation.images.agentview` float [B,3,H,W] in
 [0, 1], `observation.state` [B,9] raw, `task` list[str], and for training `action`
-[B,k,7] raw with `action_is_pad` [B,k]); normalization and tokenization happen
+[B,k,7] raw with `action_is_pad` [B,k]); a batch may carry `observation.features`
+[B, vision_dim] instead of the image: the camera encoder's output, precomputed (what
+an embodied world model imagines, `domains/vla/world_model.py`). Normalization and tokenization happen
 inside, from what the config carries, so `save_pretrained`/`from_pretrained` (the
 lerobot ones: `config.json` + `model.safetensors`) restore a policy that acts the same.
 """
@@ -23,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from lerobot.policies.pretrained import PreTrainedPolicy
-from wmrl.domains.vla.dataset import ACTION_KEY, STATE_KEY
+from wmrl.domains.vla.dataset import ACTION_KEY, FEATURES_KEY, STATE_KEY
 from wmrl.domains.vla.policy.configuration_wmrl_vla import WmrlVLAConfig
 from wmrl.domains.vla.policy.instruction import InstructionTokenizer
 
@@ -92,7 +94,7 @@ class InstructionEncoder(nn.Module):
 
 
 class WmrlVLANet(nn.Module):
-    """(image, normalized state, instruction ids) -> mean of the normalized chunk, plus its log-std."""
+    """(camera features, normalized state, instruction ids) -> mean of the normalized chunk, plus its log-std."""
 
     def __init__(self, config: WmrlVLAConfig, vocab_size: int):
         super().__init__()
@@ -107,8 +109,8 @@ class WmrlVLANet(nn.Module):
         self.head = nn.Linear(c.hidden_dim, c.chunk_size * c.action_dim)
         self.log_std = BoundedLogStd(self.chunk_shape, c.init_log_std, c.log_std_min, c.log_std_max)
 
-    def forward(self, image: Tensor, state: Tensor, ids: Tensor, mask: Tensor) -> Tensor:
-        h = torch.cat([self.vision(image), self.instruction(ids, mask), self.state(state)], -1)
+    def forward(self, visual: Tensor, state: Tensor, ids: Tensor, mask: Tensor) -> Tensor:
+        h = torch.cat([visual, self.instruction(ids, mask), self.state(state)], -1)
         return self.head(self.trunk(h)).view(-1, *self.chunk_shape)
 
 
@@ -142,17 +144,28 @@ class WmrlVLAPolicy(PreTrainedPolicy):
     def _device(self) -> torch.device:
         return self.model.head.weight.device
 
-    def distribution(self, batch: dict) -> torch.distributions.Normal:
-        """Diagonal Gaussian over the normalized chunk [B, k, action_dim]."""
-        image = batch[self.config.image_key].to(self._device(), torch.float32)
+    def visual_features(self, image: Tensor) -> Tensor:
+        """The camera encoder's output [B, vision_dim] for images float [B, 3, H, W] in [0, 1]."""
+        image = image.to(self._device(), torch.float32)
         expected = tuple(self.config.image_features[self.config.image_key].shape)
         if tuple(image.shape[1:]) != expected:
             raise ValueError(f"batch[{self.config.image_key!r}] has shape {tuple(image.shape[1:])} per item, the "
                              f"policy expects {expected} (float, channel-first, in [0, 1])")
+        return self.model.vision(image)
+
+    def distribution(self, batch: dict) -> torch.distributions.Normal:
+        """Diagonal Gaussian over the normalized chunk [B, k, action_dim]."""
+        if FEATURES_KEY in batch:
+            visual = batch[FEATURES_KEY].to(self._device(), torch.float32)
+            if visual.shape[1:] != (self.config.vision_dim,):
+                raise ValueError(f"batch[{FEATURES_KEY!r}] has shape {tuple(visual.shape[1:])} per item, the policy's "
+                                 f"camera encoder gives ({self.config.vision_dim},)")
+        else:
+            visual = self.visual_features(batch[self.config.image_key])
         state = self.state_normalizer.normalize(batch[STATE_KEY].to(self._device(), torch.float32))
         tasks = [batch["task"]] if isinstance(batch["task"], str) else list(batch["task"])
         ids, mask = self.tokenizer.encode(tasks)
-        mean = self.model(image, state, ids.to(self._device()), mask.to(self._device()))
+        mean = self.model(visual, state, ids.to(self._device()), mask.to(self._device()))
         return torch.distributions.Normal(mean, self.model.log_std().exp().expand_as(mean))
 
     def to_actions(self, normalized: Tensor) -> Tensor:
