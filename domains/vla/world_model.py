@@ -249,10 +249,10 @@ class EmbodiedWorldModel(LatentWorldModel):
         data's variance (0: exact; 1: as far off as the spread of the observations themselves)."""
         self._start()
         sums: dict[int, list[float]] = {}
+        scale = float(np.mean(self.model._norm["obs_sd"] ** 2)) if self.model.fitted else 1.0
         for traj in trajectories:
             imagined, _ = self.trace(traj)
             real = self.codec.vectors(traj.observations)
-            scale = float(np.mean(self.model._norm["obs_sd"] ** 2))
             for t in range(1, traj.turns):
                 sums.setdefault(t, []).append(float(((imagined[t] - real[t]) ** 2).mean()) / scale)
         return [float(np.mean(sums[t])) for t in sorted(sums)]
