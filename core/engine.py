@@ -16,21 +16,23 @@ installs its gather/release hooks on the module itself, not in
 
 * outside a forward pass the parameters are partitioned (``p.numel() == 0``);
   to read or export full weights wrap the access in
-  ``deepspeed.zero.GatheredParameters(list(engine.module.parameters()))``;
+  `Engine.gathered()` (a collective: every rank enters it);
 * with ``bf16=True`` the module's parameters are bf16 at every stage, so the
   caller feeds bf16 floating inputs.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import math
 import os
 import socket
 import warnings
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -48,8 +50,8 @@ log = logging.getLogger(__name__)
 # polluted by DeepSpeed's.  Everything of ours lives under this single key.
 _CLIENT_KEY = "wmrl_client_state"
 
-#: DeepSpeed's ZeRO-3 on torch>=2.13 calls a deprecated collective on every step; silenced around our calls only
-_DEPRECATED_COLLECTIVE = r".*reduce_scatter_tensor.*deprecated"
+#: DeepSpeed's ZeRO-3 on torch>=2.13 calls deprecated collectives on every step; silenced around our calls only
+_DEPRECATED_COLLECTIVE = r".*(reduce_scatter_tensor|all_gather_into_tensor).*deprecated"
 
 
 @dataclass
@@ -82,9 +84,6 @@ class EngineConfig:
             raise ValueError(f"engine.bf16 must be a bool, got {self.bf16!r}")
         if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
             raise ValueError(f"engine.world_size must be an integer >= 1, got {self.world_size!r}")
-        if self.world_size > 1 and self.zero_stage == 3:
-            raise ValueError("engine.world_size > 1 with zero_stage 3 is not supported yet: rollouts run on rank 0 "
-                             "with its full copy of the weights, which ZeRO-3 shards away; use zero_stage 0-2")
 
 
 @dataclass
@@ -230,6 +229,33 @@ class Engine:
     def module(self) -> torch.nn.Module:
         """The wrapped torch module; call it directly for forward passes."""
         return self._ds.module
+
+    @contextmanager
+    def gathered(self, modifier: bool = False) -> Iterator[torch.nn.Module]:
+        """The module with every parameter whole inside the block (ZeRO-3 shards them outside it; other
+        stages hold them whole anyway). A collective: every rank enters it. With `modifier`, what rank 0
+        writes into them is what every rank keeps."""
+        import deepspeed
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_DEPRECATED_COLLECTIVE, category=FutureWarning)
+            params = list(self.module.parameters())
+            with deepspeed.zero.GatheredParameters(params, modifier_rank=0 if modifier else None):
+                yield self.module
+
+    def trained_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """(name, whole tensor) of every trainable parameter, one submodule's at a time: under ZeRO-3 a
+        rank holds at most one layer beyond its shards. A collective: every rank iterates it to the end."""
+        import deepspeed
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_DEPRECATED_COLLECTIVE, category=FutureWarning)
+            for prefix, sub in self.module.named_modules():
+                own = [(n, p) for n, p in sub.named_parameters(recurse=False) if p.requires_grad]
+                if own:
+                    with deepspeed.zero.GatheredParameters([p for _, p in own]):
+                        for n, p in own:
+                            yield f"{prefix}.{n}" if prefix else n, p.data
 
     def step(self, loss: torch.Tensor | Sequence[Callable[[], torch.Tensor]]) -> dict[str, float]:
         """Backward the loss, clip, take one optimizer step.
@@ -390,8 +416,27 @@ class Engine:
         )
         if path is None:
             raise RuntimeError("load_checkpoint returned no path")
+        if weights_only and (directory / on_disk / "zero_pp_rank_0_mp_rank_00_model_states.pt").is_file():
+            self._load_zero3_weights(directory, on_disk)
         log.info("loaded checkpoint %s", directory / on_disk)
         return (client or {}).get(_CLIENT_KEY, {})
+
+    def _load_zero3_weights(self, directory: Path, on_disk: str) -> None:
+        """A ZeRO-3 checkpoint keeps its weights in every rank's fp32 partition, which DeepSpeed does not
+        load for another number of ranks: put the shards together and write them in."""
+        from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+        with warnings.catch_warnings(), redirect_stdout(io.StringIO()):  # its chatter would corrupt our stdout
+            warnings.simplefilter("ignore")
+            full = get_fp32_state_dict_from_zero_checkpoint(str(directory), tag=on_disk,
+                                                            exclude_frozen_parameters=self._frozen)
+        with self.gathered(modifier=True) as module, torch.no_grad():
+            missing = [name for name, p in module.named_parameters() if p.requires_grad and name not in full]
+            if missing:
+                raise RuntimeError(f"the ZeRO-3 shards lack {len(missing)} weights, e.g. {missing[0]}")
+            for name, p in module.named_parameters():
+                if name in full:
+                    p.copy_(full[name].to(p.dtype))
 
     @staticmethod
     def latest_tag(directory: str | Path) -> str | None:

@@ -79,10 +79,19 @@ def has_token_log_probs(policy: Policy) -> bool:
     return type(policy).token_log_probs is not Policy.token_log_probs
 
 
+#: past this log-ratio k3 goes on as its tangent: a whole action chunk's log-ratio can pass 88, where exp
+#: overflows float32, and the penalty must keep pulling back rather than turn the loss infinite
+K3_LINEAR_FROM = 20.0
+
+
 def k3(ref: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-    """The k3 estimate of KL(new || ref) from log-probabilities of samples of new: >= 0, unbiased."""
+    """The k3 estimate of KL(new || ref) from log-probabilities of samples of new: >= 0, unbiased (exact up
+    to a log-ratio of `K3_LINEAR_FROM`, linear beyond)."""
     d = ref - new
-    return torch.exp(d) - d - 1
+    c = K3_LINEAR_FROM
+    inside = d.clamp(max=c)
+    exact = torch.exp(inside) - inside - 1
+    return torch.where(d <= c, exact, exact + (math.exp(c) - 1) * (d - c))
 
 
 class SurrogateBatch:

@@ -16,8 +16,8 @@ Why rank 0 alone collects: real executions and anchor pairs must be stored
 once and drawn from one seeded stream, so a resumed run replays them exactly;
 generation scales through the rollout engine and execution through the
 execution pool (`executor: ray`), not through training ranks. The rollout runs
-the leader's full copy of the weights, which ZeRO-3 does not keep: multi-rank
-ZeRO-3 waits for a rollout engine that holds its own copy (vLLM).
+the leader's full copy of the weights; under ZeRO-3, which shards them, that
+copy is a replica the trainer re-syncs after every update (`Trainer._sync_actor`).
 
 Learner ranks wait in a broadcast while the leader executes and evaluates,
 which can take long: the process group's collectives time out after

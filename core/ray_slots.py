@@ -46,7 +46,10 @@ class RaySlots:
     """`n` actors of `actor_cls` (built with `args`), one task each at a time; dead actors are replaced."""
 
     def __init__(self, actor_cls: type, n: int, *, args: Sequence[Any] = (), num_cpus: float = 1.0,
-                 address: str | None = None, name: str = "slot", start_timeout_s: float = 300.0):
+                 num_gpus: float = 0.0, address: str | None = None, name: str = "slot",
+                 start_timeout_s: float = 300.0, must_start: bool = False):
+        """`must_start`: an actor not started within `start_timeout_s` (Ray cannot place it) fails the
+        pool instead of a warning (for a pool of one whose calls wait without a deadline)."""
         if n < 1:
             raise ValueError(f"RaySlots: n must be >= 1, got {n}")
         ray = import_ray()
@@ -65,7 +68,7 @@ class RaySlots:
         if free < n * num_cpus:  # e.g. a Ray started by someone else, smaller than the pool
             log.warning("%d %ss need %g CPUs of Ray and %g are free: the rest wait until CPUs free up, and their "
                         "calls fail at their deadline", n, name, n * num_cpus, free)
-        self._remote = ray.remote(num_cpus=num_cpus, max_restarts=0, max_task_retries=0)(actor_cls)
+        self._remote = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0, max_task_retries=0)(actor_cls)
         self._args = tuple(args)
         self.actors = [self._spawn() for _ in range(n)]
         self.replaced = 0  # actors that died and were replaced, over the pool's life
@@ -79,6 +82,12 @@ class RaySlots:
             self.close()
             reason = str(exc).strip().splitlines()[-1]  # the exception its constructor raised
             raise RuntimeError(f"a {name} (Ray actor) could not start: {reason}") from None
+        if len(done) < len(ready) and must_start:
+            free = ray.available_resources()
+            self.close()
+            raise RuntimeError(f"the {name} (Ray actor) was not placed within {start_timeout_s:g} s: it asks Ray "
+                               f"for {num_cpus:g} CPU and {num_gpus:g} GPU and Ray has {free.get('CPU', 0):g} CPU "
+                               f"and {free.get('GPU', 0):g} GPU free; ask for less or give Ray more")
         if len(done) < len(ready):
             log.warning("%d of %d %ss have not started within %g s (waiting for CPUs?); their calls fail at their "
                         "deadlines", len(ready) - len(done), n, name, start_timeout_s)
@@ -140,12 +149,13 @@ class RaySlots:
             free.append(slot)
             yield i, result
 
-    def call_each(self, requests: dict[int, tuple[str, tuple]], timeout_s: float) -> dict[int, tuple[str, Any]]:
+    def call_each(self, requests: dict[int, tuple[str, tuple]],
+                  timeout_s: float | None) -> dict[int, tuple[str, Any]]:
         """Call `method(*args)` on the actor of each slot at once: {slot: ("ok", result) | ("lost", why)}.
 
         For actors that hold state between calls (a simulator worker's episodes). A slot
-        whose actor died, raised, or did not answer within `timeout_s` is "lost", and its
-        actor is replaced by a fresh one (what it held is gone with it).
+        whose actor died, raised, or did not answer within `timeout_s` (None: no limit) is
+        "lost", and its actor is replaced by a fresh one (what it held is gone with it).
         """
         ray = self._ray
         refs = {slot: getattr(self.actors[slot], method).remote(*args) for slot, (method, args) in requests.items()}

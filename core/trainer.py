@@ -55,7 +55,7 @@ from wmrl.core.signals import StopRequests
 from wmrl.core.store import AnchorPair, ExecutionRecord, RunStore
 from wmrl.core.types import SPLITS, Estimate, Group, Outcome, Task, Trajectory
 from wmrl.core.validation import validate_config
-from wmrl.core.wm_runtime import WorldModelRuntime
+from wmrl.core.wm_runtime import WorldModelRuntime, open_world_model
 from wmrl.core.wm_spec import WorldModelConfig, default_config
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,14 @@ class Trainer:
             self.reference = domain.make_policy(trainer.seed)
             self.reference.module.requires_grad_(False).eval()
         self.engine = Engine(self.policy.module, engine, self.policy.param_groups())
+        #: the policy the leader rolls out: the trained one, or, where ZeRO-3 shards it over ranks, a full
+        #: replica the leader keeps in step with it (`_sync_actor`); None on a learner rank then
+        self.actor: Policy | None = self.policy
+        if engine.zero_stage == 3 and self.ranks.world > 1:
+            self.actor = domain.make_policy(trainer.seed) if self.ranks.leader else None
+            if self.actor is not None:  # where and as what the trained module computes (a GPU, bf16)
+                like = next(self.policy.module.parameters())
+                self.actor.module.to(device=like.device, dtype=like.dtype)
         self.estimator = build_estimator(estimator, anchors.fraction)
         self.generator = torch.Generator().manual_seed(trainer.seed)
         self.step = 0
@@ -167,7 +175,7 @@ class Trainer:
             wm_cfg = world_model if world_model is not None else default_world_model(domain)
             if wm_cfg is None:
                 raise ValueError(f"mode {estimator.mode} needs a world model and domain {type(domain).__name__} has none")
-            self.world_model = WorldModelRuntime(domain.make_world_model(wm_cfg), wm_cfg.runtime)
+            self.world_model = open_world_model(domain, wm_cfg)
         self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction)
         self.store = RunStore(self.dir / "store.sqlite")
         self.archive = domain.make_archive(self.dir)
@@ -200,6 +208,7 @@ class Trainer:
 
     def _resume(self, tag: str | None = None) -> None:
         state = self.engine.load(self.dir / "checkpoints", tag)
+        self._sync_actor()
         if state is None:
             return
         if state["run_id"] != self.run_id:
@@ -209,7 +218,6 @@ class Trainer:
         self.estimator.load_state_dict(state["estimator"])
         if self.world_model is not None:
             self.world_model.load_state_dict(state["world_model"])
-        self.policy.weights_changed()
         self.history = list(state["history"])
         self.real_wall, self.wall = float(state["real_wall"]), float(state["wall"])
         self.real_executions = int(state["real_executions"])
@@ -261,7 +269,7 @@ class Trainer:
 
         times = RolloutTimes()
         rollout(
-            self.policy, StoredReplay(self.env, stored), tasks, source="real", max_turns=self.domain.max_turns,
+            self.actor, StoredReplay(self.env, stored), tasks, source="real", max_turns=self.domain.max_turns,
             generator=generator, greedy=greedy, times=times, on_done=commit,
         )
         missing = [keys[i] for i, t in enumerate(out) if t is None]
@@ -308,7 +316,7 @@ class Trainer:
         wm_times = RolloutTimes()
         if wm_groups:
             sim = rollout(
-                self.policy, self.world_model, [g.task for g in wm_groups for _ in range(G)], source="wm",
+                self.actor, self.world_model, [g.task for g in wm_groups for _ in range(G)], source="wm",
                 max_turns=self.domain.max_turns, generator=self.generator, times=wm_times,
             )
             for traj in sim:
@@ -383,14 +391,41 @@ class Trainer:
         stats: dict = {}
         rank, world = self.ranks.rank, self.ranks.world
         for _ in range(self.cfg.ppo_epochs):
-            stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch,
-                                                         rank=rank, world=world))
+            try:
+                stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch,
+                                                             rank=rank, world=world))
+            except FloatingPointError as exc:  # every rank skips it together (Engine.step); the run goes on
+                log.warning("step %d: %s", self.step + 1, exc)
+                stats = {"loss": float("nan"), "grad_norm": float("nan"), "update_skipped": 1.0}
+                break
         stats["loss"] = self.ranks.mean(stats["loss"])  # each rank's shares are scaled by the world size
-        self.policy.weights_changed()
+        self._sync_actor()
         stats["trained_trajectories"] = float(batch.trajectories)
         if self.reference is not None:
             stats["kl_ref"] = batch.kl
         return stats
+
+    def _sync_actor(self) -> None:
+        """The trained weights changed (an update, a checkpoint loaded): bring the rollout policy up to them.
+
+        With a replica, every rank takes part: ZeRO-3 gathers the trainable parameters from all ranks
+        one layer at a time (read-only) and the leader copies them into its replica; frozen weights (a
+        LoRA base) never change, and buffers are not sharded."""
+        if self.actor is self.policy:
+            with self.engine.gathered():  # one rank's ZeRO-3: a vLLM sync reads whole weights
+                self.policy.weights_changed()
+            return
+        target = None if self.actor is None else dict(self.actor.module.named_parameters())
+        with torch.no_grad():
+            for name, tensor in self.engine.trained_weights():
+                if target is not None:
+                    target[name].copy_(tensor)
+            if self.actor is not None:
+                mine = dict(self.actor.module.named_buffers())
+                for name, buffer in self.policy.module.named_buffers():
+                    mine[name].copy_(buffer)
+        if self.actor is not None:
+            self.actor.weights_changed()
 
     # ------------------------------------------------------------------ evaluation
     def held_out(self, split: str, *, tag: str = "", seed: int | None = None) -> tuple[list[Trajectory], float]:
@@ -471,6 +506,8 @@ class Trainer:
         if self.world_model is not None:
             self.world_model.close()  # no background fit left running into interpreter shutdown
         self.policy.close()
+        if self.actor is not None and self.actor is not self.policy:
+            self.actor.close()
         for part in (self.metrics, self.store, self.env):
             if part is not None:  # a learner rank has none of them
                 part.close()

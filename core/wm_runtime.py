@@ -26,6 +26,9 @@ what the trainer, `wmrl eval-wm` and the benchmarks talk to:
 - **warm start** (`warm_start`): before the first step, the model is fitted on
   other runs' real training executions (never their evaluation episodes),
   without a deadline.
+- **where** (`executor`): in this process, or in a Ray actor on another
+  machine or GPU (`core/wm_remote.py`), which is replaced and restored if it
+  dies; every point above holds for both.
 - **checkpoints** (`state_dict`): taken at rest, after queued work finished;
   a call that never returns therefore stalls the next checkpoint (it cannot
   hold a model half-way through a call). `close` stops the worker thread.
@@ -55,13 +58,35 @@ class RuntimeConfig:
     timeout_s: float = 0.0  # deadline per world-model call (0: none); a call past it is an unknown grade
     background_fit: bool = False  # fit on the worker thread while the step goes on (the next call waits for it)
     warm_start: list[str] = field(default_factory=list)  # run stores whose training executions pre-fit the WM
+    executor: str = "local"  # "ray": the model lives in a Ray actor (`core/wm_remote.py`), replaced if it dies
+    ray_address: str | None = None  # executor ray: None starts a local Ray; "auto" / "ray://host:10001" joins one
+    ray_cpus: float = 1.0  # what the actor asks Ray for
+    ray_gpus: float = 0.0
 
     def validate(self) -> None:
+        if self.executor not in ("local", "ray"):
+            raise ValueError(f"world_model.runtime.executor must be local or ray, got {self.executor!r}")
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError("world_model.runtime.ray_address is set but executor is not ray: set "
+                             "world_model.runtime.executor=ray")
+        for key in ("ray_cpus", "ray_gpus"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"world_model.runtime.{key} must be a finite number >= 0, got {value!r}")
         if not (math.isfinite(self.timeout_s) and self.timeout_s >= 0):
             raise ValueError(f"world_model.runtime.timeout_s must be >= 0 (0: no deadline), got {self.timeout_s!r}")
         for path in self.warm_start:
             if not Path(path).is_file():
                 raise ValueError(f"world_model.runtime.warm_start: no run store at {path}; point it at a run's store.sqlite")
+
+
+def open_world_model(domain: Any, cfg: Any) -> WorldModelRuntime:
+    """The world model `cfg` (a `world_model:` section) configures, built where its runtime says, and wrapped."""
+    if cfg.runtime.executor == "ray":
+        from wmrl.core.wm_remote import RemoteWorldModel
+
+        return WorldModelRuntime(RemoteWorldModel(domain, cfg), cfg.runtime)
+    return WorldModelRuntime(domain.make_world_model(cfg), cfg.runtime)
 
 
 class WorldModelRuntime(WorldModel):

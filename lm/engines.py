@@ -17,6 +17,12 @@ has its own sampler), only from the same distribution.
   loaded from the policy's model folder; `sync` ships the module's weights
   (LoRA merged) as safetensors and vLLM reloads them in place -- no restart.
   Per prompt one seed is drawn from the caller's generator.
+* `vllm` with `servers` > 1 (`VLLMPool`): that many servers (one per rollout
+  GPU on a node), each call's prompts split into contiguous blocks sampled at
+  once, every sync sent to all; `devices` gives each its GPU. The seeds are
+  drawn as for one server, so a prompt gets the same seed whatever the number
+  of servers (the same replies on CPU, where a batch's make-up does not change
+  the numbers; a GPU kernel may round differently by batch).
 """
 
 from __future__ import annotations
@@ -28,18 +34,20 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from multiprocessing.connection import Listener
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from wmrl.core.ranks import block
 from wmrl.lm.lora import merged
 from wmrl.lm.sampling import Sampled, SamplingParams, sample
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENGINES", "HFEngine", "RolloutEngine", "VLLMEngine", "open_engine", "vllm_python"]
+__all__ = ["ENGINES", "HFEngine", "RolloutEngine", "VLLMEngine", "VLLMPool", "open_engine", "vllm_python"]
 
 SERVER = Path(__file__).with_name("vllm_server.py")
 #: vLLM's CPU backend settings that work on these machines (DESIGN §4); a GPU node sets its own
@@ -86,13 +94,14 @@ class VLLMEngine(RolloutEngine):
     """A vLLM server process over `model_dir` (a Hugging Face model folder)."""
 
     def __init__(self, model_dir: str | os.PathLike, *, python: str | None = None, dtype: str = "float32",
-                 start_timeout_s: float = 600.0):
+                 start_timeout_s: float = 600.0, env: dict[str, str] | None = None):
+        """`env`: what the server's environment adds (e.g. CUDA_VISIBLE_DEVICES, its GPU)."""
         self.python = vllm_python(python)
         self._dir = tempfile.mkdtemp(prefix="wmrl-vllm-")
         address = os.path.join(self._dir, "socket")
         key = secrets.token_bytes(32)
         self._listener = Listener(address, family="AF_UNIX", authkey=key)
-        env = {**os.environ, "WMRL_VLLM_AUTHKEY": key.hex()}
+        env = {**os.environ, **(env or {}), "WMRL_VLLM_AUTHKEY": key.hex()}
         if not torch.cuda.is_available():
             env.update({k: v for k, v in CPU_ENV.items() if k not in os.environ})
         self._log = open(os.path.join(self._dir, "server.log"), "wb")
@@ -129,29 +138,28 @@ class VLLMEngine(RolloutEngine):
         return value
 
     def generate(self, prompts, params, *, generator=None, greedy=False):
+        if not prompts:  # draws nothing
+            return []
+        return self.generate_seeded(prompts, params, _seeds(generator, len(prompts)), greedy)
+
+    def generate_seeded(self, prompts, params: SamplingParams, seeds: Sequence[int], greedy: bool) -> list[Sampled]:
+        """One reply per prompt, prompt i sampled with `seeds[i]`."""
         if not prompts:
             return []
-        greedy = greedy or params.temperature == 0.0
-        gen = generator if generator is not None else torch.Generator().manual_seed(0)
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=gen).tolist()
         spec = {"prompts": [list(map(int, p)) for p in prompts], "max_tokens": params.max_new_tokens,
-                "temperature": params.temperature, "greedy": greedy, "stop_ids": list(params.stop_ids),
-                "seeds": seeds}
+                "temperature": params.temperature, "greedy": greedy or params.temperature == 0.0,
+                "stop_ids": list(params.stop_ids), "seeds": list(seeds)}
         return [Sampled(tokens, stop, lps) for tokens, stop, lps in self._call("generate", spec)]
 
     def sync(self, module: torch.nn.Module) -> float:
         """Ship `module`'s weights (LoRA adapters merged in) and have vLLM reload them in place."""
-        from safetensors.torch import save
-
         t0 = time.perf_counter()
-        state, seen = {}, set()
-        for name, tensor in merged(module).state_dict().items():
-            if tensor.data_ptr() in seen:  # tied weights (embeddings and head): vLLM ties them itself
-                continue
-            seen.add(tensor.data_ptr())
-            state[name] = tensor.detach().to("cpu", torch.float32).contiguous().clone()
-        self._call("load", save(state))
+        self.load(weights_payload(module))
         return time.perf_counter() - t0
+
+    def load(self, payload: bytes) -> None:
+        """Reload the weights `weights_payload` serialized."""
+        self._call("load", payload)
 
     def close(self) -> None:
         """Stop the server (asked first, killed after 30 s). Safe to call twice."""
@@ -172,17 +180,90 @@ class VLLMEngine(RolloutEngine):
         self._log.close()
 
 
+class VLLMPool(RolloutEngine):
+    """`servers` vLLM servers behind one policy; `devices[i]` (CUDA_VISIBLE_DEVICES) places server i."""
+
+    def __init__(self, model_dir: str | os.PathLike, servers: int, *, devices: Sequence[str] = (), **kwargs):
+        if servers < 1 or (devices and len(devices) != servers):
+            raise ValueError(f"a vLLM pool needs servers >= 1 and one device entry per server, got {servers} "
+                             f"servers and devices {list(devices)}")
+        self.engines: list[VLLMEngine] = []
+        self._threads = ThreadPoolExecutor(servers, thread_name_prefix="wmrl-vllm")
+        starts = [self._threads.submit(VLLMEngine, model_dir, **kwargs,
+                                       env={"CUDA_VISIBLE_DEVICES": devices[i]} if devices else None)
+                  for i in range(servers)]  # started together: each start is mostly loading
+        try:
+            self.engines = _all(starts)
+        except BaseException:  # one failed, or we were interrupted: no server outlives the pool
+            for start in starts:
+                start.add_done_callback(lambda f: f.exception() is None and f.result().close())
+            self._threads.shutdown(wait=False)
+            raise
+
+    def generate(self, prompts, params, *, generator=None, greedy=False):
+        if not prompts:
+            return []
+        seeds, n = _seeds(generator, len(prompts)), len(self.engines)
+        blocks = [block(len(prompts), i, n) for i in range(n)]
+        parts = _all([self._threads.submit(engine.generate_seeded, prompts[lo:hi], params, seeds[lo:hi], greedy)
+                      for engine, (lo, hi) in zip(self.engines, blocks)])
+        return [reply for part in parts for reply in part]
+
+    def sync(self, module: torch.nn.Module) -> float:
+        t0 = time.perf_counter()
+        payload = weights_payload(module)  # serialized once, sent to every server at once
+        _all([self._threads.submit(engine.load, payload) for engine in self.engines])
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        for engine in self.engines:
+            engine.close()
+        self.engines = []
+        self._threads.shutdown(wait=False)
+
+
+def _all(futures: Sequence[Future]) -> list:
+    """Every future's result, after all of them finished (a failed one raises only then: no server is left
+    with a request whose reply nobody reads)."""
+    wait(futures)
+    return [f.result() for f in futures]
+
+
+def weights_payload(module: torch.nn.Module) -> bytes:
+    """`module`'s weights (LoRA adapters merged in) as safetensors bytes, what a vLLM server reloads."""
+    from safetensors.torch import save
+
+    state, seen = {}, set()
+    for name, tensor in merged(module).state_dict().items():
+        if tensor.data_ptr() in seen:  # tied weights (embeddings and head): vLLM ties them itself
+            continue
+        seen.add(tensor.data_ptr())
+        state[name] = tensor.detach().to("cpu", torch.float32).contiguous().clone()
+    return save(state)
+
+
+def _seeds(generator: torch.Generator | None, n: int) -> list[int]:
+    """One sampling seed per prompt from the caller's generator."""
+    gen = generator if generator is not None else torch.Generator().manual_seed(0)
+    return torch.randint(0, 2**31 - 1, (n,), generator=gen).tolist()
+
+
 ENGINES = {"hf": HFEngine, "vllm": VLLMEngine}
 
 
-def open_engine(kind: str, module: torch.nn.Module, pad_id: int, model_dir: str | None) -> RolloutEngine:
-    """The `kind` engine for `module`; a vLLM one loads `model_dir` and takes the module's weights as they are now."""
+def open_engine(kind: str, module: torch.nn.Module, pad_id: int, model_dir: str | None, *,
+                servers: int = 1, devices: Sequence[str] = ()) -> RolloutEngine:
+    """The `kind` engine for `module`; a vLLM one (`servers` of them, a pool when > 1, server i on
+    `devices[i]` when given) loads `model_dir` and takes the module's weights as they are now."""
     if kind not in ENGINES:
         raise ValueError(f"rollout engine must be one of {', '.join(ENGINES)}, got {kind!r}")
     if kind == "hf":
         return HFEngine(module, pad_id)
     if model_dir is None:
         raise ValueError("rollout engine vllm loads the model from its folder: pass a model path, not a loaded model")
-    engine = VLLMEngine(model_dir)
+    if servers == 1:
+        engine = VLLMEngine(model_dir, env={"CUDA_VISIBLE_DEVICES": devices[0]} if devices else None)
+    else:
+        engine = VLLMPool(model_dir, servers, devices=devices)
     engine.sync(module)
     return engine

@@ -133,7 +133,8 @@ def export(run_dir: str | Path, out: str | Path) -> Path:
         raise ConfigError(f"{out} exists and is not empty; export into a new folder")
     trainer = resumed_trainer(run_dir)
     try:
-        trainer.policy.save_pretrained(str(out))
+        with trainer.engine.gathered():  # ZeRO-3 keeps them sharded outside
+            trainer.policy.save_pretrained(str(out))
     finally:
         trainer.close()
     return out

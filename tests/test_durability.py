@@ -76,7 +76,8 @@ def fingerprint(run_dir: Path, overrides: tuple[str, ...] = ()) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     trainer = resumed_trainer(run_dir, overrides)
     try:
-        weights = [p.detach().clone() for p in trainer.policy.module.parameters()]
+        with trainer.engine.gathered() as module:  # whole under ZeRO-3 too
+            weights = [p.detach().clone() for p in module.parameters()]
         estimator = trainer.estimator.state_dict()
     finally:
         trainer.close()

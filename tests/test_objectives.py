@@ -147,3 +147,15 @@ def test_a_run_with_a_kl_term_logs_it_and_a_token_ratio_needs_a_token_policy(tmp
                                           "token_log_probs: use ratio: sequence"):
         build_trainer(load_config("synthetic-program", [*small, f"run_dir={tmp_path / 'tok'}",
                                                         "trainer.objective.ratio=token"]))
+
+
+def test_k3_is_exact_up_to_its_linear_part_and_never_overflows():
+    """A chunk of 56 action dimensions can move its log-ratio past 88, where exp overflows float32."""
+    ref = torch.tensor([0.0, 5.0, 19.0, 100.0, 1000.0])
+    new = torch.zeros(5, requires_grad=True)
+    kl = k3(ref, new)
+    d = ref[:3]
+    assert torch.allclose(kl[:3], torch.exp(d) - d - 1)
+    assert torch.isfinite(kl).all() and kl[3] < kl[4]
+    kl.sum().backward()
+    assert torch.isfinite(new.grad).all() and (new.grad[1:] < 0).all()  # pulls new back towards ref

@@ -9,7 +9,9 @@ steps that keeps every weight within 1e-5 and every sampled action within
 rounding of the single-rank run's; at the default lr the runs drift apart
 exactly as two single-rank runs with reordered sums would. The gradient norm
 (pre-clip, global) is the sharp check: a rank's block left out, or shares not
-scaled by the world size, changes it.
+scaled by the world size, changes it. Under ZeRO-3 the leader rolls out a full
+replica that every update re-syncs from the shards: a replica left behind would
+sample other actions from step 2 on.
 """
 
 from __future__ import annotations
@@ -49,16 +51,17 @@ def _close(a: float | None, b: float | None, tol: float) -> bool:
     return math.isclose(a, b, rel_tol=tol, abs_tol=tol)
 
 
-@pytest.mark.parametrize("zero", [0, 2])
+@pytest.mark.parametrize("zero", [0, 2, 3])
 def test_two_ranks_update_as_one_rank_does_and_only_rank_0_writes(tmp_path, zero):
     one, two = tmp_path / "one", tmp_path / "two"
     _train(_args(one, f"engine.zero_stage={zero}"))
     out = _train(_args(two, f"engine.zero_stage={zero}", "engine.world_size=2")).stdout
     assert sum(line.startswith('{"run_dir"') for line in out.splitlines()) == 1  # the leader alone reports
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in one.iterdir())
-    if zero == 2:  # DeepSpeed wrote both ranks' optimizer shards
+    if zero > 0:  # DeepSpeed wrote both ranks' optimizer shards
         assert len(list((two / "checkpoints" / "step000003").rglob("*zero_pp_rank_1_*optim_states.pt"))) == 1
-    a, b = fingerprint(one), fingerprint(two)
+    a, b = fingerprint(one), fingerprint(two)  # the 2-rank checkpoint read in one process (ZeRO-3: shards merged)
+    assert all(w.numel() for w in b["weights"])
     assert a["pairs"] == b["pairs"]
     assert b["executions"].keys() == a["executions"].keys()
     step1 = [k for k in a["executions"] if k.startswith(("s1g", "eval/0/"))]
@@ -74,22 +77,18 @@ def test_two_ranks_update_as_one_rank_does_and_only_rank_0_writes(tmp_path, zero
                if k.startswith("eval_"))
 
 
-def test_a_two_rank_run_resumes_across_ranks_exactly(tmp_path):
-    """Stopped after step 2 (its last then), resumed to step 4: ZeRO-2 shards of both ranks reloaded."""
+@pytest.mark.parametrize("zero", [2, 3])
+def test_a_two_rank_run_resumes_across_ranks_exactly(tmp_path, zero):
+    """Stopped after step 2 (its last then), resumed to step 4: ZeRO shards of both ranks reloaded."""
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    two = ("engine.world_size=2", "engine.zero_stage=2")
+    two = ("engine.world_size=2", f"engine.zero_stage={zero}")
     _train(_args(straight, *two, steps=4, every=2))
     _train(_args(resumed, *two, steps=2, every=2))
     _train(_args(resumed, *two, steps=4, every=2))  # trainer.steps raised: trains on from checkpoint 2
     assert_same_run(fingerprint(straight), fingerprint(resumed))
 
 
-def test_multi_rank_zero_3_and_a_mismatched_launcher_are_one_line_errors(tmp_path):
-    done = subprocess.run(WMRL + _args(tmp_path / "z3", "engine.world_size=2", "engine.zero_stage=3"), env=_env(),
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1].startswith(
-        "wmrl train: error: engine.world_size > 1 with zero_stage 3 is not supported yet")
+def test_a_mismatched_launcher_is_a_one_line_error(tmp_path):
     env = {**_env(), "WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(29_000 + os.getpid() % 1000)}
     done = subprocess.run(WMRL + _args(tmp_path / "mismatch", "engine.world_size=2"), env=env, capture_output=True,

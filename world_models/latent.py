@@ -282,7 +282,8 @@ class LatentDynamicsEnsemble:
         self._episodes = [(np.asarray(o, np.float32), np.asarray(a, np.float32), float(r))
                           for o, a, r in state["episodes"]]
         p = state["params"]
-        self._params = None if p is None else {k: torch.as_tensor(np.asarray(v)) for k, v in p.items()}
+        # a copy: a state that came through Ray's object store is read-only
+        self._params = None if p is None else {k: torch.tensor(np.asarray(v)) for k, v in p.items()}
         self._norm = {k: np.asarray(v) for k, v in state["norm"].items()}
         self._noise, self._fits = float(state["noise"]), int(state["fits"])
 

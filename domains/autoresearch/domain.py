@@ -56,12 +56,20 @@ class AutoResearchConfig:
     temperature: float = 1.0
     #: where replies are sampled: "hf" (this process) or "vllm" (a vLLM server, weights synced after each update)
     rollout: str = "hf"
+    rollout_servers: int = 1  # rollout vllm: servers behind the policy (one per rollout GPU), prompts split over them
+    rollout_devices: list[str] = field(default_factory=list)  # per server, its CUDA_VISIBLE_DEVICES (e.g. ["1", "2"])
     #: LoRA adapters instead of full fine-tuning (`domain.lora.r=8`); r=0: every weight trains
     lora: LoraSettings = field(default_factory=LoraSettings)
     cache_dir: str | None = None  # tasks and agents; default ~/.cache/wmrl
 
     def validate(self) -> None:
-        at_least(self, "domain", 1, "turns", "max_new_tokens", "memory_mb")
+        at_least(self, "domain", 1, "turns", "max_new_tokens", "memory_mb", "rollout_servers")
+        if (self.rollout_servers > 1 or self.rollout_devices) and self.rollout != "vllm":
+            raise ValueError("domain.rollout_servers > 1 and domain.rollout_devices need domain.rollout=vllm (the "
+                             "hf engine samples in this process)")
+        if self.rollout_devices and len(self.rollout_devices) != self.rollout_servers:
+            raise ValueError(f"domain.rollout_devices names {len(self.rollout_devices)} devices for "
+                             f"{self.rollout_servers} rollout servers: give one per server")
         if self.final not in FINALS:
             raise ValueError(f"domain.final must be one of {', '.join(FINALS)}, got {self.final!r}")
         if self.sandbox_slots is not None and self.sandbox_slots < 1:
@@ -169,7 +177,8 @@ class AutoResearchDomain(Domain):
 
         return CodeAgentPolicy(self.agent_path(), max_new_tokens=self.cfg.max_new_tokens,
                                temperature=self.cfg.temperature, lora=self.cfg.lora, seed=seed,
-                               rollout=self.cfg.rollout)
+                               rollout=self.cfg.rollout, rollout_servers=self.cfg.rollout_servers,
+                               rollout_devices=self.cfg.rollout_devices)
 
     def make_real_env(self) -> RealEnv:
         from wmrl.domains.autoresearch.env import AutoResearchEnv

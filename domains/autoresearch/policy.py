@@ -68,9 +68,12 @@ class CodeAgentPolicy(Policy):
         lora: LoraSettings | None = None,
         seed: int = 0,
         rollout: str = "hf",
+        rollout_servers: int = 1,
+        rollout_devices: Sequence[str] = (),
     ):
         """`lora` with r > 0 trains low-rank adapters only (`lm/lora.py`); `seed` draws their initial weights;
-        `rollout`: the engine replies are sampled with, "hf" (this process) or "vllm" (`lm/engines.py`)."""
+        `rollout`: the engine replies are sampled with, "hf" (this process) or "vllm" (`lm/engines.py`), on
+        `rollout_servers` vLLM servers (server i on `rollout_devices[i]`, a CUDA_VISIBLE_DEVICES value)."""
         if rollout not in ENGINES:
             raise ValueError(f"rollout engine must be one of {', '.join(ENGINES)}, got {rollout!r}")
         # a local directory or a Hub id; from_pretrained resolves both (offline: local only)
@@ -94,7 +97,7 @@ class CodeAgentPolicy(Policy):
                                                minimum=16)
         #: replies sampled, and how many of them were re-scored because their tokens were not canonical
         self.stats = {"replies": 0, "recomputed": 0}
-        self.rollout = rollout
+        self.rollout, self.rollout_servers, self.rollout_devices = rollout, int(rollout_servers), list(rollout_devices)
         self._engine: RolloutEngine | None = None  # started on first use: a learner rank never samples
 
     # ------------------------------------------------------------------ tokenisation contract
@@ -116,7 +119,8 @@ class CodeAgentPolicy(Policy):
     @property
     def engine(self) -> RolloutEngine:
         if self._engine is None:
-            self._engine = open_engine(self.rollout, self.module, self.pad_id, self.name)
+            self._engine = open_engine(self.rollout, self.module, self.pad_id, self.name,
+                                       servers=self.rollout_servers, devices=self.rollout_devices)
         return self._engine
 
     def weights_changed(self) -> None:
