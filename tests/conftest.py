@@ -90,6 +90,21 @@ def agent(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def suite_agent(tmp_path_factory):
+    """The agent `domain.agent=default` builds (trained on the bundled suite's training tasks), step-bounded as
+    `agent` is. `agent` knows only the short TASKS above: on the suite's long descriptions it may write no code
+    at all, so a test that needs the suite's programs to run uses this one."""
+    from wmrl.domains.autoresearch.domain import task_spec
+    from wmrl.domains.autoresearch.suite import load_suite
+    from wmrl.domains.autoresearch.tasks import split
+
+    pairs = [(task_spec(t), t.description) for t in split(load_suite(), "train")]
+    # 1000 examples (~70 s): code in every reply to the suite's tasks, which is all its users need
+    return build_default_agent(tmp_path_factory.mktemp("suite-agent"),
+                               **{**BUILD, "specs_and_prompts": pairs, "n_examples": 1000})
+
+
+@pytest.fixture(scope="session")
 def vla_bc(tmp_path_factory):
     """A folder with `demos/` (a LeRobotDataset of 4 scripted lift demos) and `policy/` (a WmrlVLAPolicy
     behaviour-cloned on them for 300 updates): it sometimes lifts the cube on its training scenes, so GRPO

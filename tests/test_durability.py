@@ -161,18 +161,18 @@ def test_a_multi_step_run_resumes_exactly_and_repeats_only_episodes_in_flight(tm
     assert sum((ran_b - ran_a).values()) <= in_flight
 
 
-def test_a_killed_autoresearch_run_resumes_exactly_and_runs_no_program_twice(agent, tmp_path):
+def test_a_killed_autoresearch_run_resumes_exactly_and_runs_no_program_twice(suite_agent, tmp_path):
     """Real sandboxed programs of the embedded agent, counted by a ledger around the sandbox itself."""
 
     def args(run_dir):
-        return ["train", "autoresearch", f"run_dir={run_dir}", f"domain.agent={agent[1]}", "domain.sandbox_slots=1",
+        return ["train", "autoresearch", f"run_dir={run_dir}", f"domain.agent={suite_agent}", "domain.sandbox_slots=1",
                 "trainer.steps=2", "trainer.checkpoint_every=1", "trainer.eval_every=2", "trainer.eval_samples=1",
                 "trainer.eval_splits=[test_id]", "trainer.groups_per_step=2", "trainer.group_size=2",
                 "anchors.fraction=0.5", "tensorboard=false", "--no-progress", "--no-report"]
 
     train_with_kills([], args(tmp_path / "straight"), ledger=tmp_path / "straight.ledger")
     # the first commit of an evaluation: a reply without code settles at once, so how many commits a batch
-    # takes depends on the agent (a build that got fewer SFT steps writes fewer code blocks)
+    # takes depends on how many replies hold code
     kills = ["commit:eval/0/", "commit:s1g", "checkpoint:step000001:staged", "commit:eval/2/"]
     train_with_kills(kills, args(tmp_path / "killed"), ledger=tmp_path / "killed.ledger")
     a, b = fingerprint(tmp_path / "straight"), fingerprint(tmp_path / "killed")

@@ -114,12 +114,12 @@ def test_autoresearch_env_grades_the_same_on_either_executor(ray_pool, tmp_path)
     assert graded[1][0][1] == "ok" and graded[1][0][0] > 0
 
 
-def test_a_training_run_on_ray_stores_what_the_same_run_on_the_local_pool_stores(agent, tmp_path):
+def test_a_training_run_on_ray_stores_what_the_same_run_on_the_local_pool_stores(suite_agent, tmp_path):
     """`wmrl train autoresearch domain.executor=ray`, end to end: same executions, pairs, metrics and weights."""
     from test_durability import assert_same_run, fingerprint, train_with_kills
 
     def args(run_dir, executor):
-        return ["train", "autoresearch", f"run_dir={run_dir}", f"domain.agent={agent[1]}", "domain.sandbox_slots=2",
+        return ["train", "autoresearch", f"run_dir={run_dir}", f"domain.agent={suite_agent}", "domain.sandbox_slots=2",
                 f"domain.executor={executor}", "trainer.steps=2", "trainer.eval_every=2", "trainer.eval_samples=1",
                 "trainer.eval_splits=[test_id]", "trainer.groups_per_step=2", "trainer.group_size=2",
                 "anchors.fraction=0.5", "tensorboard=false", "--no-progress", "--no-report"]
