@@ -77,7 +77,7 @@ def task_digest(tasks) -> str:
     return hashlib.sha256("|".join(t.id for t in tasks).encode()).hexdigest()[:16]
 
 
-def _fresh_run_dir(run_dir: Path, config_text: str) -> None:
+def fresh_run_dir(run_dir: Path, config_text: str) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(config_text)  # a self-describing run folder (`wmrl eval-wm` reads it)
@@ -96,11 +96,11 @@ def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
     saved = run_dir / "config.yaml"
     reused = reuse and saved.exists() and saved.read_text() == text
     if not reused:
-        _fresh_run_dir(run_dir, text)
+        fresh_run_dir(run_dir, text)
     trainer = build_trainer(cfg)
     if reused and trainer.step != cfg.trainer.steps:  # cut short, perhaps before its first checkpoint
         trainer.close()
-        _fresh_run_dir(run_dir, text)
+        fresh_run_dir(run_dir, text)
         trainer = build_trainer(cfg)
     try:
         history = trainer.train()

@@ -9,6 +9,10 @@ against training wall-clock and against real executions, the time to reach the
 seeds, the share of step time spent in real execution and the ideal speed-up
 that share implies, and whether the targets of DESIGN section 6 hold.
 
+`modes=real,wmrl,trl` (config=autoresearch only) adds TRL's `GRPOTrainer` trained
+on the `real` mode's config (`bench/trl_grpo.py`) and evaluated by the same
+evaluator at the checkpoints TRL writes.
+
 `config=vla` post-trains a VLA policy on robosuite lift: the benchmark first
 builds the one BC start every mode shares (4 scripted demos -> LeRobotDataset ->
 BC, under the runs folder, reused when it exists), then runs `vla-rl` from it;
@@ -32,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wmrl.bench.harness import ProfileOptions, fmt, run_one, summarize, write_result
+from wmrl.bench.trl_grpo import run_trl
 from wmrl.registry import register_benchmark
 
 #: mode name -> overrides; the ablation ladder of DESIGN section 2
@@ -46,9 +51,13 @@ MODES = {
     "wmrl": ["estimator.mode=wmrl"],
     # DESIGN's default anchor budget (the configs use 0.25): how far fewer anchors move the speed-up
     "wmrl-rho0.1": ["estimator.mode=wmrl", "anchors.fraction=0.1"],
+    # TRL's GRPOTrainer on the real mode's config (`bench/trl_grpo.py`): AutoResearch only
+    "trl": ["estimator.mode=real"],
 }
-#: every mode a domain with a generic world model runs (fused is the VLA baseline's)
-GENERIC = tuple(m for m in MODES if m != "fused")
+#: modes trained by another library's trainer, not ours: mode -> its runner (same arguments as `run_one`)
+EXTERNAL = {"trl": run_trl}
+#: every mode a domain with a generic world model runs (fused is the VLA baseline's; trl is opt-in)
+GENERIC = tuple(m for m in MODES if m not in ("fused", "trl"))
 #: the paper's ablation order, worst to best
 ABLATION_ORDER = ("wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl")
 LADDER = ("real", "wm", *ABLATION_ORDER)
@@ -91,6 +100,8 @@ class SpeedupOptions(ProfileOptions):
         unknown = [m for m in (self.modes or "").split(",") if m and m not in MODES]
         if unknown:
             raise ValueError(f"modes: unknown {', '.join(unknown)}; available: {', '.join(MODES)}")
+        if "trl" in (self.modes or "").split(",") and self.config != "autoresearch":
+            raise ValueError("modes: trl (TRL's GRPOTrainer) is a baseline for config=autoresearch only")
 
 
 @register_benchmark("speedup", options=SpeedupOptions, run_config=True)
@@ -106,7 +117,8 @@ def run(opts: SpeedupOptions, user: list[str]) -> Path:
     for seed in range(seeds):
         for mode in modes:  # interleaved: drift hits every mode alike
             run_dir = work / mode / f"seed{seed}"
-            runs.append(run_one(run_config, [*rest, *MODES[mode]], run_dir, mode, seed, reuse=opts.resume))
+            runner = EXTERNAL.get(mode, run_one)
+            runs.append(runner(run_config, [*rest, *MODES[mode]], run_dir, mode, seed, reuse=opts.resume))
     result = {"benchmark": "speedup", "config": config, "profile": profile, "overrides": rest, **summarize(runs)}
     result["targets"] = targets(result)
     return write_result(out, result, table, plot)

@@ -47,14 +47,37 @@ How TRL 1.16.0 treats `None` (`trl/trainer/grpo_trainer.py`, `utils.py`)
 
 The reward function keeps its environment, and so its sandbox pool with its
 warm zygotes, across calls; `close()` releases them.
+
+The run (`run_trl`), one seed of `wmrl bench speedup modes=...,trl`
+--------------------------------------------------------------------
+The run config is the `real` mode's, and everything TRL has a counterpart for
+is read from it (`grpo_args`): group size (`num_generations`), prompts per step
+(one generation batch feeds one optimizer step), updates (`max_steps`), the
+engine's learning rate held constant, Adam's betas, weight decay and gradient
+clip, the sampling temperature and reply length, the clip range, the passes
+over a batch, the KL weight and whether advantages are standardized. TRL's own
+conventions stay where the project's differ (`docs/method.md`, "TRL's GRPO"):
+token ratios with the DAPO aggregation and the sample standard deviation.
+TRL saves the model every `trainer.eval_every` updates; each of those
+checkpoints (and the agent it started from, as step 0) is then evaluated by
+the project's own held-out evaluator (`Trainer.evaluate`, the same draws as
+the other modes' evaluations), so its curve is read exactly as theirs.
+Training wall-clock is the time between optimizer steps, checkpoint saving
+excluded (the other modes' wall excludes evaluation and includes saving: both
+sides leave out what the comparison does not ask of them).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from wmrl.bench.harness import RunRecord, fresh_run_dir, task_digest
+from wmrl.config import RunConfig, load_config, to_yaml
 from wmrl.core.types import SPLITS, Outcome, Task, Transition, Trajectory
 from wmrl.domains.autoresearch.domain import AutoResearchDomain
 from wmrl.domains.autoresearch.env import AutoResearchEnv
@@ -62,8 +85,9 @@ from wmrl.domains.autoresearch.episodes import Episodes
 
 if TYPE_CHECKING:
     from datasets import Dataset
+    from trl import GRPOConfig
 
-__all__ = ["TASK_COLUMN", "AutoResearchReward", "prompt_dataset"]
+__all__ = ["TASK_COLUMN", "AutoResearchReward", "grpo_args", "prompt_dataset", "run_trl"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +122,8 @@ class AutoResearchReward:
                              f"{env.episodes.turns} turns per episode: build it with turns=1 (domain.turns=1)")
         self.env = env
         self.tasks = {t.id: t for t in tasks}
+        #: completions graded and the seconds spent grading them (real execution, host side included)
+        self.graded, self.seconds = 0, 0.0
 
     @classmethod
     def from_domain(cls, domain: AutoResearchDomain) -> AutoResearchReward:
@@ -113,6 +139,7 @@ class AutoResearchReward:
         log_extra: Callable[[str, list], None] | None = None,
         **_: Any,  # TRL also passes completion_ids, trainer_state and the dataset's other columns
     ) -> list[float | None]:
+        t0 = time.perf_counter()
         tasks = self._tasks_of(prompts, completions, task_id)
         observations = self.env.reset(tasks)
         if list(prompts) != observations:
@@ -133,6 +160,8 @@ class AutoResearchReward:
         if unknown:
             log.warning("TRL reward: %d of %d grades unknown (None): %s", sum(unknown.values()), len(outcomes),
                         "; ".join(f"{n} x {d[:200]}" for d, n in unknown.most_common(3)))
+        self.graded += len(outcomes)
+        self.seconds += time.perf_counter() - t0
         return [o.reward for o in outcomes]
 
     def _tasks_of(self, prompts: Sequence[str], completions: Sequence[str], task_id: Sequence[str]) -> list[Task]:
@@ -166,3 +195,130 @@ class AutoResearchReward:
     def close(self) -> None:
         """Release the sandbox pool and the tasks' input files."""
         self.env.close()
+
+
+# ---------------------------------------------------------------------------------------------- the run
+
+
+def grpo_args(cfg: RunConfig, output_dir: Path, stop_ids: Sequence[int]) -> GRPOConfig:
+    """TRL's settings for the run `cfg` describes (the `real` mode's config): see the module docstring."""
+    from trl import GRPOConfig
+
+    t, e, d = cfg.trainer, cfg.engine, cfg.domain
+    return GRPOConfig(
+        output_dir=str(output_dir), seed=t.seed, data_seed=t.seed, use_cpu=True, bf16=False, fp16=False,
+        report_to="none", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
+        # one generation batch of groups_per_step prompts x group_size completions feeds one optimizer step
+        per_device_train_batch_size=t.groups_per_step * t.group_size, gradient_accumulation_steps=1,
+        num_generations=t.group_size, max_steps=t.steps, num_iterations=t.ppo_epochs, shuffle_dataset=True,
+        learning_rate=e.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=e.weight_decay,
+        adam_beta1=e.adam_beta1, adam_beta2=e.adam_beta2, max_grad_norm=e.grad_clip,
+        temperature=d.temperature, top_p=1.0, top_k=0, max_completion_length=d.max_new_tokens,
+        # the policy's stop tokens (EOS and the generation config's), exactly the project's sampler's
+        generation_kwargs={"eos_token_id": list(stop_ids)}, disable_dropout=True,
+        epsilon=t.clip_eps, beta=t.objective.beta, loss_type="dapo",
+        scale_rewards="group" if cfg.estimator.advantage.standardize else "none",
+        save_strategy="steps", save_steps=t.eval_every or t.steps, save_only_model=True, save_total_limit=None,
+    )
+
+
+def _check(cfg: RunConfig) -> None:
+    """What TRL's GRPOTrainer has no counterpart for: refused with what to change, not silently altered."""
+    if cfg.domain.name != "autoresearch":
+        raise ValueError(f"the trl baseline trains the autoresearch agent; config's domain is {cfg.domain.name!r}")
+    if cfg.domain.lora.enabled:
+        raise ValueError("the trl baseline trains every weight, as the real mode it is compared with: disable "
+                         "domain.lora (TRL's peft_config path is not wired here)")
+    if cfg.engine.world_size != 1:
+        raise ValueError("the trl baseline runs in one process: engine.world_size=1")
+    if cfg.domain.turns != 1:
+        raise ValueError("TRL's GRPOTrainer grades single-turn episodes: domain.turns=1")
+
+
+class _StepClock:
+    """A TRL callback: training wall-clock, grading time and completions graded at each optimizer step (checkpoint
+    saving excluded), and TRL's logs as JSON lines."""
+
+    def __init__(self, log_path: Path, reward: AutoResearchReward):
+        from transformers import TrainerCallback
+
+        clock = self
+
+        class Callback(TrainerCallback):  # transformers calls these hooks by name on its callback objects
+            def on_train_begin(self, args, state, control, **kw):
+                clock.last = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kw):
+                now = time.perf_counter()
+                clock.wall += now - clock.last
+                clock.last = now
+                clock.at[state.global_step] = (clock.wall, reward.seconds, reward.graded)
+
+            def on_save(self, args, state, control, **kw):
+                clock.last = time.perf_counter()  # the save is not training
+
+            def on_log(self, args, state, control, logs=None, **kw):
+                with clock.log_path.open("a") as f:
+                    f.write(json.dumps({"step": state.global_step, **(logs or {})}) + "\n")
+
+        self.callback = Callback()
+        self.log_path, self.wall, self.last = log_path, 0.0, 0.0
+        #: step -> (training wall, grading seconds, completions graded) when it ended
+        self.at: dict[int, tuple[float, float, int]] = {0: (0.0, 0.0, 0)}
+
+
+def run_trl(config: str, overrides: Sequence[str], run_dir: Path, mode: str, seed: int, reuse: bool = False) -> RunRecord:
+    """One seed of the TRL baseline: GRPOTrainer on the agent and tasks `config` + `overrides` describe, then
+    the project's held-out evaluation of the start and of every checkpoint TRL wrote. With `reuse`, a finished
+    run of the same config in `run_dir` is read back instead (`record.json`)."""
+    from trl import GRPOTrainer
+
+    from wmrl.api import build_trainer
+    from wmrl.core.registry import DOMAINS
+
+    run_dir = Path(run_dir)
+    cfg = load_config(config, [*overrides, "estimator.mode=real", f"trainer.seed={seed}", f"run_dir={run_dir}",
+                               "tensorboard=false"])
+    _check(cfg)
+    text, saved, record = to_yaml(cfg), run_dir / "config.yaml", run_dir / "record.json"
+    if reuse and record.exists() and saved.exists() and saved.read_text() == text:
+        return RunRecord(**json.loads(record.read_text()))
+    fresh_run_dir(run_dir, text)
+    domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
+    start = domain.agent_path()
+    policy = domain.make_policy(seed)  # the stop tokens its sampler uses, which TRL's must match
+    stop_ids = policy.tokens.stop_ids
+    policy.close()
+    reward = AutoResearchReward.from_domain(domain)
+    clock = _StepClock(run_dir / "trl_log.jsonl", reward)
+    try:
+        trainer = GRPOTrainer(model=start, reward_funcs=reward, args=grpo_args(cfg, run_dir / "trl", stop_ids),
+                              train_dataset=prompt_dataset(domain, "train"), callbacks=[clock.callback])
+        trainer.train()
+        steps = trainer.state.global_step
+        final = run_dir / "trl" / f"checkpoint-{steps}"
+        if not final.exists():
+            trainer.save_model(str(final))
+        del trainer
+    finally:
+        reward.close()
+    history = []
+    evaluated = [0, *sorted(int(p.name.split("-")[1]) for p in (run_dir / "trl").glob("checkpoint-*"))]
+    for step in evaluated:
+        agent = start if step == 0 else run_dir / "trl" / f"checkpoint-{step}"
+        ev = load_config(config, [*overrides, "estimator.mode=real", f"trainer.seed={seed}", "tensorboard=false",
+                                  f"run_dir={run_dir / 'eval' / f'step{step}'}", f"domain.agent={agent}"])
+        wall, real_wall, graded = clock.at[step]
+        row = {"step": step, "wall": wall, "real_wall": real_wall, "real_executions": graded}
+        judge = build_trainer(ev)
+        try:
+            for split_name in cfg.trainer.eval_splits:
+                if judge.domain.tasks(split_name):
+                    row[f"eval_{split_name}"] = judge.evaluate(split_name)["reward"]
+        finally:
+            judge.close()
+        history.append(row)
+    out = RunRecord(mode, seed, steps, task_digest(domain.tasks("train")), history, reward.graded, clock.wall,
+                    reward.seconds)
+    record.write_text(json.dumps(out.__dict__))
+    return out
