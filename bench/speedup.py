@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wmrl.bench.harness import ProfileOptions, fmt, run_one, summarize, write_result
-from wmrl.bench.trl_grpo import run_trl
+from wmrl.bench.trl_grpo import run_trl, trl_settings
 from wmrl.registry import register_benchmark
 
 #: mode name -> overrides; the ablation ladder of DESIGN section 2
@@ -56,6 +56,9 @@ MODES = {
 }
 #: modes trained by another library's trainer, not ours: mode -> its runner (same arguments as `run_one`)
 EXTERNAL = {"trl": run_trl}
+#: what each mode's `vs_trl` holds: the reference-relative numbers of `summarize` with TRL as the reference
+VERSUS = ("reached_reference_final", "time_to_reference_final_median", "speedup_to_reference_final",
+          "real_executions_to_reference_final_median", "fewer_real_executions_to_reference_final", "ideal_speedup")
 #: every mode a domain with a generic world model runs (fused is the VLA baseline's; trl is opt-in)
 GENERIC = tuple(m for m in MODES if m not in ("fused", "trl"))
 #: the paper's ablation order, worst to best
@@ -120,8 +123,18 @@ def run(opts: SpeedupOptions, user: list[str]) -> Path:
             runner = EXTERNAL.get(mode, run_one)
             runs.append(runner(run_config, [*rest, *MODES[mode]], run_dir, mode, seed, reuse=opts.resume))
     result = {"benchmark": "speedup", "config": config, "profile": profile, "overrides": rest, **summarize(runs)}
+    if "trl" in modes:
+        against(result, runs, "trl")
+        result["trl"] = trl_settings(run_config, [*rest, *MODES["trl"]])  # what TRL ran with
     result["targets"] = targets(result)
     return write_result(out, result, table, plot)
+
+
+def against(result: dict, runs: list, reference: str) -> None:
+    """Each mode's numbers relative to another baseline's final (e.g. TRL's) as `vs_<reference>`, beside the
+    ones relative to `real` that `summarize` gives."""
+    for mode, m in summarize(runs, reference=reference)["modes"].items():
+        result["modes"][mode][f"vs_{reference}"] = {k: m.get(k) for k in VERSUS}
 
 
 def vla_start(root: Path) -> list[str]:
@@ -152,6 +165,12 @@ def targets(result: dict) -> dict:
             w["final_test_id_median"] >= r["final_test_id_median"] - (r["final_test_id_spread"] or 0.0))
         # every variant that meets the speed-up target (the ablations, another anchor budget)
         out["modes_4x_sooner"] = [k for k, v in m.items() if (v.get("speedup_to_reference_final") or 0.0) >= 4.0]
+    if "trl" in m and "wmrl" in m:
+        w, b = m["wmrl"], m["trl"]
+        sooner = w["vs_trl"]["speedup_to_reference_final"]
+        out["wmrl_reaches_trl_final_4x_sooner"] = sooner is not None and sooner >= 4.0
+        out["wmrl_final_within_one_spread_of_trl"] = (
+            w["final_test_id_median"] >= b["final_test_id_median"] - (b["final_test_id_spread"] or 0.0))
     if result.get("config") == "vla" and "real" in m and "wmrl" in m:
         # the VLA issue's targets: real's final with 3x fewer simulator episodes and 2x less wall-clock
         w = m["wmrl"]
@@ -192,6 +211,13 @@ def table(result: dict) -> str:
             f"| {fmt(m.get('fewer_real_executions_to_reference_final'), '{:.2f}x')} |"
             + (f" {fmt(m.get('signal_cosine_median'))} |" if cosine else "")
         )
+    if "trl" in result:
+        trl = result["trl"]
+        lines += ["", f"TRL {trl['version']} `GRPOTrainer`: " + ", ".join(f"{k}={v}" for k, v in trl["settings"].items())]
+        lines += [f"Against TRL's final: {mode} reached it on {v['reached_reference_final']}/{len(modes[mode]['per_seed'])} "
+                  f"seeds, {fmt(v['speedup_to_reference_final'], '{:.2f}x')} sooner, "
+                  f"{fmt(v['fewer_real_executions_to_reference_final'], '{:.2f}x')} fewer real executions"
+                  for mode, v in ((k, m["vs_trl"]) for k, m in modes.items() if k != "trl")]
     t = result.get("targets") or {}
     if t:
         lines += ["", "Targets: " + "; ".join(f"{k}: {v}" for k, v in t.items())]

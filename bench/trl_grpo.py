@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from trl import GRPOConfig
 
-__all__ = ["TASK_COLUMN", "AutoResearchReward", "grpo_args", "prompt_dataset", "run_trl"]
+__all__ = ["TASK_COLUMN", "AutoResearchReward", "grpo_args", "prompt_dataset", "run_trl", "trl_settings"]
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +220,22 @@ def grpo_args(cfg: RunConfig, output_dir: Path, stop_ids: Sequence[int]) -> GRPO
         scale_rewards="group" if cfg.estimator.advantage.standardize else "none",
         save_strategy="steps", save_steps=t.eval_every or t.steps, save_only_model=True, save_total_limit=None,
     )
+
+
+#: the GRPOConfig fields a reader of the comparison needs to see (the rest are TRL's defaults)
+SHOWN = ("num_generations", "per_device_train_batch_size", "max_steps", "num_iterations", "learning_rate",
+         "lr_scheduler_type", "max_grad_norm", "loss_type", "scale_rewards", "beta", "epsilon", "temperature",
+         "max_completion_length")
+
+
+def trl_settings(config: str, overrides: Sequence[str]) -> dict:
+    """TRL's version and the settings `run_trl` gives it for this config, for the benchmark's JSON and table."""
+    import trl
+
+    args = grpo_args(load_config(config, list(overrides)), Path("unused"), ())
+    return {"version": trl.__version__,
+            "settings": {k: str(getattr(args, k).value if hasattr(getattr(args, k), "value") else getattr(args, k))
+                         for k in SHOWN}}
 
 
 def _check(cfg: RunConfig) -> None:

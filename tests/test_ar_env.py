@@ -52,6 +52,18 @@ def test_episode_runs_code_for_real_and_feeds_the_sandbox_report_back(suite, env
     assert "row" in second[2].observation.lower() or "nan" in second[2].observation.lower()
 
 
+def test_an_invalid_submission_is_stored_with_the_graders_reason_not_the_programs_stderr(suite, env):
+    task = _small(suite, 1)[0]
+    env.reset([task.to_task()])
+    noisy = format_reply("import sys\nprint('ValueError: a warning the program printed', file=sys.stderr)\n"
+                         "open('submission.csv', 'w').write('prediction\\n1\\n')")
+    crash = format_reply("raise KeyError('target')")
+    bad, crashed = env.step([noisy]), (env.reset([task.to_task()]), env.step([crash]))[1]
+    assert bad[0].info["status"] == "invalid" and "row" in bad[0].info["error"]
+    assert "printed" not in bad[0].info["error"]
+    assert crashed[0].info["status"] == "error" and crashed[0].info["error"] == "KeyError: 'target'"
+
+
 def test_sandbox_infrastructure_failure_is_unknown_not_zero(suite):
     class BrokenPool(SandboxPool):
         def run_each(self, jobs, outputs=()):

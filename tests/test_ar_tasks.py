@@ -492,6 +492,55 @@ def test_external_inconsistent_files(by_id, tmp_path):
         external.load_task_root(tmp_path / "empty", cache_dir=tmp_path / "cache")
 
 
+def _yes_no(d: Path, target: str) -> None:
+    """Rewrite a binary task's labels 0/1 as no/yes."""
+    for name in ("train.csv", "test_labels.csv"):
+        df = pd.read_csv(d / name)
+        df[target] = df[target].map({0: "no", 1: "yes"})
+        df.to_csv(d / name, index=False)
+
+
+def test_external_user_mistakes_are_one_line_that_says_what_to_do(by_id, tmp_path):
+    cases = []
+    d = _write_task_dir(tmp_path / "a", by_id["iris-species"], task_id="a")
+    pd.read_csv(d / "train.csv").to_csv(d / "train.csv", sep=";", index=False)
+    cases.append((d, "train.csv", "semicolons; write it comma-separated"))
+    d = _write_task_dir(tmp_path / "b", by_id["iris-species"], task_id="b")
+    pd.read_csv(d / "test_features.csv").to_csv(d / "test_features.csv")  # the index too, as pandas does by default
+    cases.append((d, "test_features.csv", "'Unnamed: 0'): a pandas index written with the data; write it with "
+                                          "df.to_csv(path, index=False)"))
+    d = _write_task_dir(tmp_path / "c", by_id["diabetes-progression"], task_id="c")
+    (d / "task.yaml").write_text("id: c\nmetric: accuracy\ntarget: target\n")
+    cases.append((d, "task.yaml", "metric 'accuracy' scores class labels, but target 'target' looks continuous"))
+    d = _write_task_dir(tmp_path / "d", by_id["bc-diagnosis"], task_id="d", yaml_extra="positive_label: yes\n")
+    _yes_no(d, "target")
+    cases.append((d, "task.yaml", 'holds the boolean True but the labels are'))
+    for d, name, needle in cases:
+        with pytest.raises(ValueError) as info:
+            external.load_task_dir(d, cache_dir=tmp_path / "cache")
+        msg = str(info.value)
+        assert msg.startswith(str(d / name)) and needle in msg and "\n" not in msg, msg
+
+    (d / "task.yaml").write_text('id: d\nmetric: roc_auc\ntarget: target\npositive_label: "yes"\n')  # quoted: fine
+    assert external.load_task_dir(d, cache_dir=tmp_path / "cache").classes == ("no", "yes")
+
+
+def test_a_bad_task_directory_stops_wmrl_train_with_status_2_and_that_line(by_id, tmp_path):
+    import subprocess
+    import sys
+
+    d = _write_task_dir(tmp_path / "comps", by_id["iris-species"], task_id="iris-copy")
+    pd.read_csv(d / "train.csv").to_csv(d / "train.csv")
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "wmrl.cli", "train", "autoresearch", f"domain.task_root={d.parent}",
+                           f"run_dir={run}", "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"wmrl train: error: {d / 'train.csv'}: has a column without a name ('Unnamed: 0'): a pandas index written "
+        "with the data; write it with df.to_csv(path, index=False), or name the column if it is a real feature")
+    assert not (run / "config.yaml").exists()  # nothing that would refuse the corrected retry as another run
+
+
 def _mutations(good: bytes, rng: np.random.Generator):
     """Byte-level mutations of a valid submission: what a policy under pressure might write."""
     lines = good.split(b"\n")

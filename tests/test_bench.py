@@ -129,6 +129,32 @@ def test_results_section_is_rendered_from_the_json_between_the_markers(tmp_path)
         run_benchmark("results", [f"dir={tmp_path}", f"readme={readme}"])
 
 
+def test_the_trl_row_measures_wmrl_against_trl_and_names_trls_settings(tmp_path):
+    from wmrl.bench.speedup import against, table, targets
+    from wmrl.bench.trl_grpo import trl_settings
+
+    runs = [rec("real", s, final=0.5, wall=40.0) for s in range(3)] + [rec("trl", s, final=0.6, wall=60.0) for s in range(3)]
+    runs += [rec("wmrl", s, final=0.6 + 0.01 * s, wall=12.0, execs=25) for s in range(3)]
+    result = {"benchmark": "speedup", "config": "autoresearch", "profile": "full", "overrides": [], **summarize(runs)}
+    against(result, runs, "trl")
+    result["trl"] = trl_settings("autoresearch", ["estimator.mode=real"])
+    result["targets"] = t = targets(result)
+    w = result["modes"]["wmrl"]
+    assert w["vs_trl"]["speedup_to_reference_final"] == pytest.approx(5.0)  # 60 s against 12 s to TRL's 0.6
+    assert w["vs_trl"]["fewer_real_executions_to_reference_final"] == pytest.approx(4.0)
+    assert w["speedup_to_reference_final"] == pytest.approx(40.0 / 12.0)  # and still against real's 0.5
+    assert t["wmrl_reaches_trl_final_4x_sooner"] and t["wmrl_final_within_one_spread_of_trl"]
+    text = table(result)
+    assert f"TRL {result['trl']['version']} `GRPOTrainer`: num_generations=4" in text and "loss_type=dapo" in text
+    assert "Against TRL's final: wmrl reached it on 3/3 seeds, 5.00x sooner, 4.00x fewer real executions" in text
+    (tmp_path / "speedup-autoresearch-trl-full.json").write_text(json.dumps(result))
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- results:start -->\n<!-- results:end -->\n")
+    run_benchmark("results", [f"dir={tmp_path}", f"readme={readme}"])
+    row = next(line for line in readme.read_text().splitlines() if line.startswith("| autoresearch, against TRL"))
+    assert "| 0.600 (0.000) | 0.610 (0.020) |" in row and "| 5.00x | 5.00x |" in row and "| yes | yes |" in row
+
+
 def test_resume_keeps_finished_runs_of_the_same_config_and_reruns_the_rest(tmp_path):
     args = [f"out={tmp_path / 'm.json'}", "seeds=1", "modes=real,wmrl", "trainer.steps=2", "trainer.eval_samples=1",
             "trainer.groups_per_step=4", "trainer.checkpoint_every=1", "domain.real_delay_s=0"]

@@ -151,7 +151,9 @@ class AutoResearchEnv(RealEnv):
         if result is not None and result.peak_memory_mb is not None:
             info["peak_memory_mb"] = round(result.peak_memory_mb, 1)
         if status != "ok":  # the line that says why, kept for diagnosis and for WMs that learn it
-            info["error"] = defuse(((result.exception_line if result is not None else "") or msg)[-300:])
+            # a program that ran but wrote a bad submission is invalid for the grader's reason, whatever its stderr
+            crashed = result is not None and status != "invalid"
+            info["error"] = defuse(((result.exception_line if crashed else "") or msg)[-300:])
         return Transition(obs, final, done, info=info)
 
     def _unknown(self, i: int, reply: str, detail: str) -> Transition:

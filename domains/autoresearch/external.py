@@ -50,6 +50,9 @@ YAML_KEYS = {
     "positive_label": "optional: for binary roc_auc, the class whose probability is submitted (default the last)",
 }
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_UNNAMED = re.compile(r"^Unnamed: \d+$")  # what pandas names a header cell left empty (a saved index)
+#: how many distinct values a classification target may have before it is called continuous
+_MAX_CLASSES = 100
 
 
 def _err(path: Path, what: str) -> ValueError:
@@ -112,6 +115,15 @@ def _read_table(path: Path):
         raise _err(path, f"is not a readable CSV file with a header line ({' '.join(str(exc).split())})") from None
     if len(df) == 0:
         raise _err(path, "has a header but no data rows")
+    header = [str(c) for c in df.columns]
+    if len(header) == 1 and any(sep in header[0] for sep in (";", "\t")):
+        raise _err(path, f"has one column named {header[0][:60]!r}: it looks separated by "
+                         f"{'semicolons' if ';' in header[0] else 'tabs'}; write it comma-separated "
+                         "(pandas: df.to_csv(path, index=False))")
+    unnamed = [c for c in header if _UNNAMED.match(c)]
+    if unnamed:
+        raise _err(path, f"has a column without a name ({unnamed[0]!r}): a pandas index written with the data; "
+                         "write it with df.to_csv(path, index=False), or name the column if it is a real feature")
     return df
 
 
@@ -210,6 +222,19 @@ def load_task_dir(path: str | os.PathLike, *, cache_dir: str | os.PathLike | Non
         seen = {}
         for v in list(train[t]) + list(test_y[t]):
             seen.setdefault(label_key(v), v)
+        fractional = pd.api.types.is_float_dtype(train[t]) and bool((train[t] % 1 != 0).any())
+        if fractional or (len(seen) > _MAX_CLASSES and len(seen) > len(train) // 2):
+            raise _err(yaml_path, f"metric {metric!r} scores class labels, but target {t!r} looks continuous "
+                                  f"({len(seen)} distinct values{', not all whole numbers' if fractional else ''}); "
+                                  "for a numeric target use rmse or r2")
+        for key in ("classes", "positive_label"):
+            given = cfg.get(key)
+            strays = [v for v in (given if isinstance(given, list) else [given])
+                      if isinstance(v, bool) and label_key(v) not in seen]
+            if strays:
+                raise _err(yaml_path, f"{key!r} holds the boolean {strays[0]} but the labels are "
+                                      f"{list(seen.values())[:5]}: YAML reads an unquoted yes/no/on/off/true/false "
+                                      f'as a boolean; quote the label (e.g. {key}: "yes")')
         if "classes" in cfg:
             classes = list(cfg["classes"])
             keys = [label_key(c) for c in classes]
