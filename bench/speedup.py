@@ -37,6 +37,7 @@ from pathlib import Path
 
 from wmrl.bench.harness import ProfileOptions, fmt, run_one, summarize, write_result
 from wmrl.bench.trl_grpo import run_trl, trl_settings
+from wmrl.config import load_config
 from wmrl.registry import register_benchmark
 
 #: mode name -> overrides; the ablation ladder of DESIGN section 2
@@ -125,7 +126,7 @@ def run(opts: SpeedupOptions, user: list[str]) -> Path:
     result = {"benchmark": "speedup", "config": config, "profile": profile, "overrides": rest, **summarize(runs)}
     if "trl" in modes:
         against(result, runs, "trl")
-        result["trl"] = trl_settings(run_config, [*rest, *MODES["trl"]])  # what TRL ran with
+        result["trl"] = trl_settings(load_config(run_config, [*rest, *MODES["trl"]]))  # what TRL ran with
     result["targets"] = targets(result)
     return write_result(out, result, table, plot)
 

@@ -63,14 +63,20 @@ checkpoints (and the agent it started from, as step 0) is then evaluated by
 the project's own held-out evaluator (`Trainer.evaluate`, the same draws as
 the other modes' evaluations), so its curve is read exactly as theirs.
 Training wall-clock is the time between optimizer steps, checkpoint saving
-excluded (the other modes' wall excludes evaluation and includes saving: both
-sides leave out what the comparison does not ask of them).
+excluded, as the other modes' (their steps' time: evaluation, checkpoints
+and logging are outside it). As the real mode's step-0 evaluation starts its
+sandbox pool before its clock does, one trivial program warms TRL's pool
+before training; TRL runs as one process (no DDP wrapper left over from our
+engine's one-rank group) without gradient checkpointing, on the device and in
+the precision our engine uses.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -82,6 +88,7 @@ from wmrl.core.types import SPLITS, Outcome, Task, Transition, Trajectory
 from wmrl.domains.autoresearch.domain import AutoResearchDomain
 from wmrl.domains.autoresearch.env import AutoResearchEnv
 from wmrl.domains.autoresearch.episodes import Episodes
+from wmrl.lm.tokens import decode
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -115,20 +122,26 @@ class AutoResearchReward:
     grade is unknown (see the module docstring for what TRL then does).
     """
 
-    def __init__(self, env: AutoResearchEnv, tasks: Sequence[Task]):
+    def __init__(self, env: AutoResearchEnv, tasks: Sequence[Task], tokenizer: Any = None,
+                 stop_ids: Sequence[int] = ()):
+        """With `tokenizer`, a completion is the text of its token ids decoded as the project's policy decodes
+        them (special tokens kept, the final stop token dropped) rather than TRL's text, which drops special
+        tokens: the same sampled tokens are then graded as the same program in both trainers."""
         # TRL samples one completion per prompt and grades it once: a multi-turn episode has no TRL counterpart
         if env.episodes.turns != 1:
             raise ValueError(f"TRL's GRPOTrainer grades single-turn episodes; the environment has "
                              f"{env.episodes.turns} turns per episode: build it with turns=1 (domain.turns=1)")
         self.env = env
         self.tasks = {t.id: t for t in tasks}
+        self.tokenizer, self.stop_ids = tokenizer, set(stop_ids)
         #: completions graded and the seconds spent grading them (real execution, host side included)
         self.graded, self.seconds = 0, 0.0
 
     @classmethod
-    def from_domain(cls, domain: AutoResearchDomain) -> AutoResearchReward:
+    def from_domain(cls, domain: AutoResearchDomain, tokenizer: Any = None,
+                    stop_ids: Sequence[int] = ()) -> AutoResearchReward:
         """The domain's own real environment (its sandbox pool and limits) over all of its tasks."""
-        return cls(domain.make_real_env(), [t for s in SPLITS for t in domain.tasks(s)])
+        return cls(domain.make_real_env(), [t for s in SPLITS for t in domain.tasks(s)], tokenizer, stop_ids)
 
     def __call__(
         self,
@@ -137,9 +150,13 @@ class AutoResearchReward:
         task_id: Sequence[str],
         log_metric: Callable[[str, float], None] | None = None,
         log_extra: Callable[[str, list], None] | None = None,
-        **_: Any,  # TRL also passes completion_ids, trainer_state and the dataset's other columns
+        completion_ids: Sequence[Sequence[int]] | None = None,
+        **_: Any,  # TRL also passes trainer_state and the dataset's other columns
     ) -> list[float | None]:
         t0 = time.perf_counter()
+        if self.tokenizer is not None and completion_ids is not None:
+            completions = [decode(self.tokenizer, list(ids[:-1] if ids and ids[-1] in self.stop_ids else ids))
+                           for ids in completion_ids]
         tasks = self._tasks_of(prompts, completions, task_id)
         observations = self.env.reset(tasks)
         if list(prompts) != observations:
@@ -204,10 +221,14 @@ def grpo_args(cfg: RunConfig, output_dir: Path, stop_ids: Sequence[int]) -> GRPO
     """TRL's settings for the run `cfg` describes (the `real` mode's config): see the module docstring."""
     from trl import GRPOConfig
 
+    import torch
+
     t, e, d = cfg.trainer, cfg.engine, cfg.domain
     return GRPOConfig(
-        output_dir=str(output_dir), seed=t.seed, data_seed=t.seed, use_cpu=True, bf16=False, fp16=False,
-        report_to="none", logging_steps=1, disable_tqdm=True, dataloader_num_workers=0,
+        output_dir=str(output_dir), seed=t.seed, data_seed=t.seed, report_to="none", logging_steps=1,
+        disable_tqdm=True, dataloader_num_workers=0,
+        # where and how our engine trains: DeepSpeed takes the GPU when there is one; no activation recomputation
+        use_cpu=not torch.cuda.is_available(), bf16=e.bf16, fp16=False, gradient_checkpointing=False,
         # one generation batch of groups_per_step prompts x group_size completions feeds one optimizer step
         per_device_train_batch_size=t.groups_per_step * t.group_size, gradient_accumulation_steps=1,
         num_generations=t.group_size, max_steps=t.steps, num_iterations=t.ppo_epochs, shuffle_dataset=True,
@@ -224,18 +245,17 @@ def grpo_args(cfg: RunConfig, output_dir: Path, stop_ids: Sequence[int]) -> GRPO
 
 #: the GRPOConfig fields a reader of the comparison needs to see (the rest are TRL's defaults)
 SHOWN = ("num_generations", "per_device_train_batch_size", "max_steps", "num_iterations", "learning_rate",
-         "lr_scheduler_type", "max_grad_norm", "loss_type", "scale_rewards", "beta", "epsilon", "temperature",
-         "max_completion_length")
+         "lr_scheduler_type", "optim", "adam_epsilon", "weight_decay", "max_grad_norm", "loss_type", "scale_rewards",
+         "beta", "epsilon", "temperature", "max_completion_length", "gradient_checkpointing", "use_cpu", "bf16")
 
 
-def trl_settings(config: str, overrides: Sequence[str]) -> dict:
-    """TRL's version and the settings `run_trl` gives it for this config, for the benchmark's JSON and table."""
+def trl_settings(cfg: RunConfig) -> dict:
+    """TRL's version and the settings `run_trl` gives it for `cfg`: the JSON, the table and the reuse key."""
     import trl
 
-    args = grpo_args(load_config(config, list(overrides)), Path("unused"), ())
+    args = grpo_args(cfg, Path("unused"), ())
     return {"version": trl.__version__,
-            "settings": {k: str(getattr(args, k).value if hasattr(getattr(args, k), "value") else getattr(args, k))
-                         for k in SHOWN}}
+            "settings": {k: str(getattr(v, "value", v)) for k in SHOWN for v in [getattr(args, k)]}}
 
 
 def _check(cfg: RunConfig) -> None:
@@ -249,6 +269,13 @@ def _check(cfg: RunConfig) -> None:
         raise ValueError("the trl baseline runs in one process: engine.world_size=1")
     if cfg.domain.turns != 1:
         raise ValueError("TRL's GRPOTrainer grades single-turn episodes: domain.turns=1")
+    if cfg.trainer.ppo_epochs != 1:
+        # TRL counts each pass over a batch as an optimizer step (num_iterations): the update counts would differ
+        raise ValueError("the trl baseline takes one pass per batch, as the real mode it is compared with: "
+                         "trainer.ppo_epochs=1")
+    if cfg.trainer.objective.beta != 0:
+        raise ValueError("the trl baseline has no KL term: TRL's (per token, bias-corrected) and ours (per turn) "
+                         "differ, so set trainer.objective.beta=0")
 
 
 class _StepClock:
@@ -283,10 +310,30 @@ class _StepClock:
         self.at: dict[int, tuple[float, float, int]] = {0: (0.0, 0.0, 0)}
 
 
+@contextlib.contextmanager
+def _one_process():
+    """No launcher variables while TRL runs: our engine leaves RANK / WORLD_SIZE / LOCAL_RANK set for its
+    one-rank group, and accelerate would read LOCAL_RANK as a multi-process CPU run (DDP around the model)."""
+    saved = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _warm(reward: AutoResearchReward, dataset: Dataset) -> None:
+    """One trivial program through the reward's sandbox pool before the clock starts, as the real mode's
+    step-0 evaluation starts its pool's zygote before its first step."""
+    first = dataset[:1]
+    reward(prompts=first["prompt"], completions=["```python\nprint('warm-up')\n```"], task_id=first[TASK_COLUMN])
+    reward.graded, reward.seconds = 0, 0.0
+
+
 def run_trl(config: str, overrides: Sequence[str], run_dir: Path, mode: str, seed: int, reuse: bool = False) -> RunRecord:
     """One seed of the TRL baseline: GRPOTrainer on the agent and tasks `config` + `overrides` describe, then
     the project's held-out evaluation of the start and of every checkpoint TRL wrote. With `reuse`, a finished
-    run of the same config in `run_dir` is read back instead (`record.json`)."""
+    run of the same config and the same TRL settings in `run_dir` is read back instead (`record.json`)."""
+    from accelerate.utils import DistributedType
     from trl import GRPOTrainer
 
     from wmrl.api import build_trainer
@@ -296,30 +343,43 @@ def run_trl(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
     cfg = load_config(config, [*overrides, "estimator.mode=real", f"trainer.seed={seed}", f"run_dir={run_dir}",
                                "tensorboard=false"])
     _check(cfg)
-    text, saved, record = to_yaml(cfg), run_dir / "config.yaml", run_dir / "record.json"
-    if reuse and record.exists() and saved.exists() and saved.read_text() == text:
+    text, settings = to_yaml(cfg), json.dumps(trl_settings(cfg))
+    saved, record, trl_json = run_dir / "config.yaml", run_dir / "record.json", run_dir / "trl.json"
+    if (reuse and record.exists() and saved.exists() and saved.read_text() == text and trl_json.exists()
+            and trl_json.read_text() == settings):
         return RunRecord(**json.loads(record.read_text()))
     fresh_run_dir(run_dir, text)
+    trl_json.write_text(settings)
     domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
+    if cfg.trainer.groups_per_step > len(domain.tasks("train")):
+        # TRL draws a step's prompts without replacement and drops a short batch: it would never take a step
+        raise ValueError(f"the trl baseline draws trainer.groups_per_step={cfg.trainer.groups_per_step} distinct "
+                         f"training tasks a step, but there are {len(domain.tasks('train'))}: lower it")
     start = domain.agent_path()
-    policy = domain.make_policy(seed)  # the stop tokens its sampler uses, which TRL's must match
-    stop_ids = policy.tokens.stop_ids
+    policy = domain.make_policy(seed)  # its tokenizer and stop tokens, which TRL's sampling and grading must match
+    tokenizer, stop_ids = policy.tokenizer, policy.tokens.stop_ids
     policy.close()
-    reward = AutoResearchReward.from_domain(domain)
+    reward = AutoResearchReward.from_domain(domain, tokenizer, stop_ids)
     clock = _StepClock(run_dir / "trl_log.jsonl", reward)
+    dataset = prompt_dataset(domain, "train")
     try:
-        trainer = GRPOTrainer(model=start, reward_funcs=reward, args=grpo_args(cfg, run_dir / "trl", stop_ids),
-                              train_dataset=prompt_dataset(domain, "train"), callbacks=[clock.callback])
-        trainer.train()
-        steps = trainer.state.global_step
-        final = run_dir / "trl" / f"checkpoint-{steps}"
-        if not final.exists():
-            trainer.save_model(str(final))
-        del trainer
+        with _one_process():
+            trainer = GRPOTrainer(model=start, reward_funcs=reward, args=grpo_args(cfg, run_dir / "trl", stop_ids),
+                                  train_dataset=dataset, callbacks=[clock.callback])
+            if trainer.accelerator.distributed_type != DistributedType.NO:
+                raise RuntimeError(f"TRL runs as {trainer.accelerator.distributed_type}, not one process: the "
+                                   "baseline would pay for collectives the real mode does not")
+            _warm(reward, dataset)
+            trainer.train()
+            steps = trainer.state.global_step
+            final = run_dir / "trl" / f"checkpoint-{steps}"
+            if not final.exists():
+                trainer.save_model(str(final))
+            del trainer
     finally:
         reward.close()
     history = []
-    evaluated = [0, *sorted(int(p.name.split("-")[1]) for p in (run_dir / "trl").glob("checkpoint-*"))]
+    evaluated = sorted({0, *(int(p.name.split("-")[1]) for p in (run_dir / "trl").glob("checkpoint-*"))})
     for step in evaluated:
         agent = start if step == 0 else run_dir / "trl" / f"checkpoint-{step}"
         ev = load_config(config, [*overrides, "estimator.mode=real", f"trainer.seed={seed}", "tensorboard=false",

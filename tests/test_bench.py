@@ -7,7 +7,7 @@ import pytest
 
 from wmrl.bench import run_benchmark
 from wmrl.bench.harness import IncomparableRuns, RunRecord, summarize, time_to_reach
-from wmrl.config import ConfigError
+from wmrl.config import ConfigError, load_config
 
 
 def rec(mode, seed, steps=10, digest="t", final=0.5, wall=10.0, execs=100):
@@ -137,7 +137,7 @@ def test_the_trl_row_measures_wmrl_against_trl_and_names_trls_settings(tmp_path)
     runs += [rec("wmrl", s, final=0.6 + 0.01 * s, wall=12.0, execs=25) for s in range(3)]
     result = {"benchmark": "speedup", "config": "autoresearch", "profile": "full", "overrides": [], **summarize(runs)}
     against(result, runs, "trl")
-    result["trl"] = trl_settings("autoresearch", ["estimator.mode=real"])
+    result["trl"] = trl_settings(load_config("autoresearch", ["estimator.mode=real"]))
     result["targets"] = t = targets(result)
     w = result["modes"]["wmrl"]
     assert w["vs_trl"]["speedup_to_reference_final"] == pytest.approx(5.0)  # 60 s against 12 s to TRL's 0.6

@@ -167,6 +167,27 @@ def test_a_failure_of_the_environment_itself_is_none_for_the_whole_batch_not_an_
     assert _call(broken, task, [format_reply(SOLUTION), "no code"]) == [None, None]
 
 
+def test_completions_are_graded_from_their_token_ids_decoded_as_the_project_policy_decodes_them(
+        reward, task, suite_agent, tmp_path):
+    """TRL's completion text drops special tokens; the same tokens sampled by our policy keep them."""
+    from wmrl.domains.autoresearch.policy import CodeAgentPolicy
+    from wmrl.lm.tokens import decode
+
+    policy = CodeAgentPolicy(str(suite_agent), max_new_tokens=320)
+    tok, stops = policy.tokenizer, policy.tokens.stop_ids
+    clean = policy.reply_ids(format_reply(SOLUTION))  # ends with the stop token, as TRL's completion ids do
+    assert clean[-1] in stops
+    marked = clean[:3] + [tok.convert_tokens_to_ids("<|user|>")] + clean[3:]  # a special token inside the code
+    ours = [decode(tok, ids[:-1]) for ids in (clean, marked)]
+    trls = [tok.decode(ids, skip_special_tokens=True) for ids in (clean, marked)]
+    assert "<|user|>" in ours[1] and "<|user|>" not in trls[1]
+    decoding = AutoResearchReward(_env_beside(reward, tmp_path / "r"), [task], tok, stops)
+    prompt = _first_observation(reward, task)
+    got = decoding(prompts=[prompt] * 2, completions=trls, completion_ids=[clean, marked], task_id=[task.id] * 2)
+    expected, statuses = _direct(_env_beside(reward, tmp_path / "direct"), task, ours)
+    assert got == expected and statuses == ["ok", "error"]  # the marked program is the one our policy would run
+
+
 def test_trl_reads_the_unknown_grade_as_nan_and_keeps_the_real_ones(reward, task, tmp_path, tiny_lm):
     """TRL's own `_calculate_rewards` (the call inside its training loop) on our reward, beside an infra failure."""
     import trl  # pinned in the dev extra: missing, this fails rather than skips

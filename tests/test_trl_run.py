@@ -16,6 +16,7 @@ import shutil
 import sys
 
 import pytest
+import torch
 
 if not sys.platform.startswith("linux") or os.geteuid() != 0:
     pytest.skip("the sandbox needs Linux and root", allow_module_level=True)
@@ -50,15 +51,19 @@ def test_trl_is_configured_from_the_run_config(tmp_path):
     assert a.lr_scheduler_type == "constant"  # a str enum
     assert (a.epsilon, a.beta, a.scale_rewards) == (0.3, 0.02, "none")
     assert (a.max_completion_length, a.temperature, a.top_p, a.top_k) == (99, 0.7, 1.0, 0)
-    assert a.generation_kwargs == {"eos_token_id": [1, 5]} and not a.bf16
+    assert a.generation_kwargs == {"eos_token_id": [1, 5]}
+    # the machinery as our engine's: no activation recomputation (TRL's default), its device and precision
+    assert not a.gradient_checkpointing and a.bf16 == cfg.engine.bf16 and a.use_cpu == (not torch.cuda.is_available())
 
 
 def test_trl_is_offered_for_autoresearch_only():
     SpeedupOptions(config="autoresearch", modes="real,wmrl,trl").validate()
     with pytest.raises(ValueError, match="config=autoresearch only"):
         SpeedupOptions(config="synthetic-program", modes="real,trl").validate()
-    with pytest.raises(ValueError, match="domain.lora"):
-        run_trl("autoresearch", ["domain.lora.r=4"], "unused", "trl", 0)
+    for override, needle in (("domain.lora.r=4", "domain.lora"), ("trainer.ppo_epochs=2", "ppo_epochs=1"),
+                             ("trainer.objective.beta=0.01", "beta=0"), ("engine.world_size=2", "world_size=1")):
+        with pytest.raises(ValueError, match=needle):
+            run_trl("autoresearch", [override], "unused", "trl", 0)
 
 
 def test_trl_samples_from_the_prompt_tokens_the_project_policy_samples_from(suite_agent):
