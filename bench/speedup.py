@@ -52,6 +52,8 @@ MODES = {
     "wmrl": ["estimator.mode=wmrl"],
     # DESIGN's default anchor budget (the configs use 0.25): how far fewer anchors move the speed-up
     "wmrl-rho0.1": ["estimator.mode=wmrl", "anchors.fraction=0.1"],
+    # rho moved by the world model's out-of-sample error (floor 0.1, ceiling 0.5; docs/method.md)
+    "wmrl-adaptive": ["estimator.mode=wmrl", "anchors.adaptive.enabled=true"],
     # TRL's GRPOTrainer on the real mode's config (`bench/trl_grpo.py`): AutoResearch only
     "trl": ["estimator.mode=real"],
 }

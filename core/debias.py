@@ -133,18 +133,27 @@ def _zip_same(a: Iterable, b: Iterable):
     return zip(a, b)
 
 
-def within_group_residual(predicted: Sequence[np.ndarray], real: Sequence[np.ndarray]) -> float:
-    """Mean within-group centred squared residual between two scorers.
+def within_group_sums(predicted: Sequence[np.ndarray], real: Sequence[np.ndarray]) -> tuple[float, float, int]:
+    """Sums over groups of two or more: squared within-group centred residuals between the scorers, squared
+    within-group deviations of `real`, and the number of members.
 
     Centring removes each group's offset, which GRPO cancels anyway; what is left
-    is the part of the disagreement that changes advantages.
+    is the part of the disagreement that changes advantages, and the part of the
+    real rewards that advantages are made of.
     """
-    total, n = 0.0, 0
+    residual, deviation, n = 0.0, 0.0, 0
     for p, r in zip(predicted, real):
         p, r = np.asarray(p, float), np.asarray(r, float)
         if len(p) < 2:
             continue
         d = (p - p.mean()) - (r - r.mean())
-        total += float((d**2).sum())
+        residual += float((d**2).sum())
+        deviation += float(((r - r.mean()) ** 2).sum())
         n += len(p)
-    return total / n if n else float("nan")
+    return residual, deviation, n
+
+
+def within_group_residual(predicted: Sequence[np.ndarray], real: Sequence[np.ndarray]) -> float:
+    """Mean within-group centred squared residual between two scorers (see `within_group_sums`)."""
+    residual, _, n = within_group_sums(predicted, real)
+    return residual / n if n else float("nan")

@@ -36,7 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from wmrl.core.advantages import AdvantageConfig, group_advantages
-from wmrl.core.debias import DebiasConfig, IsotonicDebiaser, within_group_residual
+from wmrl.core.debias import DebiasConfig, IsotonicDebiaser, within_group_residual, within_group_sums
 from wmrl.core.denoise import DenoiseConfig, InverseVarianceDenoiser
 from wmrl.core.interfaces import RewardEstimator
 from wmrl.core.registry import ESTIMATORS
@@ -209,12 +209,16 @@ class WMRLEstimator(_Base):
             if both:
                 paired.append((np.array([w for w, _ in both]), np.array([r for _, r in both])))
 
-        # bias diagnostic out of sample: the map as it stood before this step's pairs
-        if paired and self.cfg.debias.enabled:
-            before = within_group_residual([w for w, _ in paired], [r for _, r in paired])
-            after = within_group_residual([self.debiaser(w) for w, _ in paired], [r for _, r in paired])
-            if np.isfinite(before) and before > 0:
-                diag["bias_reduction"] = 1.0 - after / before
+        # out of sample, the map as it stood before this step's pairs: how much the map removes, and what the
+        # calibrated scores still miss of the real rewards' within-group variation (the anchor budget's input)
+        if paired:
+            real = [r for _, r in paired]
+            calibrated = [self.debiaser(w) if self.cfg.debias.enabled else w for w, _ in paired]
+            residual, deviation, n = within_group_sums(calibrated, real)
+            diag.update(anchor_oos_sq_residual=residual, anchor_sq_deviation=deviation, anchor_oos_pairs=float(n))
+            before = within_group_residual([w for w, _ in paired], real)
+            if self.cfg.debias.enabled and np.isfinite(before) and before > 0 and n:
+                diag["bias_reduction"] = 1.0 - (residual / n) / before
 
         # rectified: the map as it stood before this step's pairs, so the draw cannot move it
         out_of_sample = [self._calibrate(_wm(g)) for g in groups] if self.cfg.rectified else None

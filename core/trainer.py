@@ -176,7 +176,9 @@ class Trainer:
             if wm_cfg is None:
                 raise ValueError(f"mode {estimator.mode} needs a world model and domain {type(domain).__name__} has none")
             self.world_model = open_world_model(domain, wm_cfg)
-        self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction)
+        # a mode that fixes rho (real, wm, fused) keeps it fixed
+        self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction,
+                                         adaptive=type(self.estimator).fixed_anchor_fraction is None)
         self.store = RunStore(self.dir / "store.sqlite")
         self.archive = domain.make_archive(self.dir)
         if self.archive.writes_files:  # what a crash left between archive and store goes first
@@ -198,6 +200,7 @@ class Trainer:
             "step": self.step,
             "generator": self.generator.get_state(),
             "estimator": self.estimator.state_dict(),
+            "anchors": self.scheduler.state_dict(),
             "world_model": self.world_model.state_dict() if self.world_model is not None else {},
             "history": self.history,
             "real_wall": self.real_wall,
@@ -216,6 +219,8 @@ class Trainer:
         self.step = int(state["step"])
         self.generator.set_state(state["generator"])
         self.estimator.load_state_dict(state["estimator"])
+        if "anchors" in state:  # checkpoints from before the adaptive budget have no sums (a fixed rho needs none)
+            self.scheduler.load_state_dict(state["anchors"])
         if self.world_model is not None:
             self.world_model.load_state_dict(state["world_model"])
         self.history = list(state["history"])
@@ -339,6 +344,10 @@ class Trainer:
         if self.ranks.leader:
             groups, times = self.collect(step)
             est = self.estimator.estimate(groups)
+            d = est.diagnostics
+            if "anchor_oos_pairs" in d:
+                self.scheduler.observe(d["anchor_oos_sq_residual"], d["anchor_sq_deviation"], int(d["anchor_oos_pairs"]))
+            d.update(anchor_budget_next=self.scheduler.fraction, unexplained_oos=self.scheduler.unexplained)
         groups, est = self.ranks.broadcast((groups, est) if self.ranks.leader else None)
         t0 = time.perf_counter()
         update = self._update(groups, est)

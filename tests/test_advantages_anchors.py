@@ -1,5 +1,7 @@
 """GRPO advantages over partly graded groups, and anchor scheduling."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from wmrl.core.advantages import AdvantageConfig, group_advantages, signal_cosine
-from wmrl.core.anchors import AnchorConfig, AnchorScheduler
+from wmrl.core.anchors import AdaptiveConfig, AnchorConfig, AnchorScheduler
 
 grades = st.lists(st.one_of(st.none(), st.floats(0, 1)), min_size=0, max_size=16)
 
@@ -96,3 +98,69 @@ def test_std_conventions_match_the_formulas_the_peers_use():
     assert abs(trl[0]) < abs(ours[0])  # n - 1 makes the std larger, the advantages smaller
     with pytest.raises(ValueError, match="std must be one of population, sample"):
         AdvantageConfig(std="bessel").validate()
+
+
+def _adaptive(**kw) -> AnchorScheduler:
+    a = AdaptiveConfig(enabled=True, floor=0.125, ceiling=0.5, half_life=2.0, min_pairs=8)
+    return AnchorScheduler(AnchorConfig(fraction=0.25, adaptive=dataclasses.replace(a, **kw)))
+
+
+def test_adaptive_budget_moves_with_the_out_of_sample_error():
+    s = _adaptive()
+    assert s.fraction == 0.5 and np.isnan(s.unexplained)  # nothing measured: the ceiling
+    s.observe(0.0, 1.0, 4)
+    assert s.fraction == 0.5  # 4 of 8 pairs: still the ceiling
+    s.observe(0.0, 1.0, 4)
+    assert s.unexplained == 0.0 and s.fraction == 0.125  # an exact world model needs only the floor
+    assert s.count(8) == 1
+    s.observe(8.0, 2.0, 8)  # then it misses everything: the decayed sums (half-life 2 steps) pass 1 -> the ceiling
+    keep = 0.5 ** 0.5
+    assert s.unexplained == pytest.approx(8.0 / ((keep + 1.0) * keep + 2.0)) and s.fraction == 0.5 and s.count(8) == 4
+    for _ in range(40):  # half of the variation missed for long enough: halfway between floor and ceiling
+        s.observe(1.0, 2.0, 8)
+    assert s.fraction == pytest.approx(0.125 + 0.5 * 0.375, abs=1e-6)
+    again = _adaptive()
+    again.load_state_dict(s.state_dict())
+    assert again.fraction == s.fraction  # a resumed run draws the same budget
+    fixed = AnchorScheduler(AnchorConfig(fraction=0.25, adaptive=AdaptiveConfig(enabled=True)), 1.0, adaptive=False)
+    fixed.observe(9.0, 1.0, 100)
+    assert fixed.fraction == 1.0  # a mode that fixes rho keeps it
+    with pytest.raises(ValueError, match="floor <= ceiling"):
+        AnchorConfig(adaptive=AdaptiveConfig(floor=0.6, ceiling=0.5)).validate()
+
+
+@given(st.lists(st.tuples(st.floats(0, 100), st.floats(0, 100), st.integers(0, 64)), max_size=60))
+def test_adaptive_budget_stays_within_its_bounds(steps):
+    s = _adaptive(min_pairs=0)
+    for err, var, n in steps:
+        s.observe(err, var, n)
+        assert 0.125 <= s.fraction <= 0.5
+        assert s.count(16) in range(2, 9)
+
+
+def test_a_training_run_follows_its_budget_and_resumes_with_it(tmp_path):
+    """synthetic-program with anchors.adaptive: each step's realized anchor fraction is the budget the step
+    before set, within bounds, and a run resumed from a checkpoint draws the same budgets."""
+    from wmrl.api import build_trainer
+    from wmrl.config import load_config
+    from wmrl.core.metrics import read_jsonl
+
+    def cfg(run_dir, steps):
+        return load_config("synthetic-program", [
+            f"run_dir={run_dir}", f"trainer.steps={steps}", "trainer.checkpoint_every=3", "trainer.eval_every=0",
+            "trainer.eval_samples=1", "trainer.groups_per_step=8", "tensorboard=false", "domain.real_delay_s=0",
+            "anchors.adaptive.enabled=true", "anchors.adaptive.floor=0.125", "anchors.adaptive.ceiling=0.5",
+            "anchors.adaptive.min_pairs=16"])
+
+    for run_dir, stops in ((tmp_path / "a", (8,)), (tmp_path / "b", (3, 8))):
+        for steps in stops:
+            t = build_trainer(cfg(run_dir, steps))
+            t.train()
+            t.close()
+    a, b = read_jsonl(tmp_path / "a" / "metrics.jsonl"), read_jsonl(tmp_path / "b" / "metrics.jsonl")
+    budgets = [0.5] + [r["anchor_budget_next"] for r in a]
+    assert all(0.125 <= x <= 0.5 for x in budgets)
+    assert [r["anchor_fraction"] for r in a] == [round(8 * x) / 8 for x in budgets[:-1]]
+    assert len(set(budgets)) > 1  # it moved
+    assert [(r["anchor_fraction"], r["anchor_budget_next"], r["loss"]) for r in b] == [
+        (r["anchor_fraction"], r["anchor_budget_next"], r["loss"]) for r in a]
