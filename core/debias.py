@@ -29,8 +29,12 @@ class DebiasConfig:
     min_pairs: int = 32
     refit_every: int = 16
     window: int = 1024
+    #: steps: half-life of the running sums behind `bias_reduction_smoothed` (a diagnostic only)
+    report_half_life: float = 8.0
 
     def validate(self) -> None:
+        if not self.report_half_life > 0:
+            raise ValueError("estimator.debias.report_half_life must be > 0 (steps)")
         if self.n_bins < 1:
             raise ValueError("estimator.debias.n_bins must be >= 1")
         if self.min_pairs < 1 or self.refit_every < 1:

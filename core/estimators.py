@@ -36,7 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from wmrl.core.advantages import AdvantageConfig, group_advantages
-from wmrl.core.debias import DebiasConfig, IsotonicDebiaser, within_group_residual, within_group_sums
+from wmrl.core.debias import DebiasConfig, IsotonicDebiaser, within_group_sums
 from wmrl.core.denoise import DenoiseConfig, InverseVarianceDenoiser
 from wmrl.core.interfaces import RewardEstimator
 from wmrl.core.registry import ESTIMATORS
@@ -185,6 +185,7 @@ class WMRLEstimator(_Base):
         self.debiaser = IsotonicDebiaser(cfg.debias)
         self.denoiser = InverseVarianceDenoiser(cfg.denoise)
         self._power = [0.0, 0.0]  # running sum(T * A_wm), sum(A_wm^2) over earlier steps' anchors
+        self._bias = [0.0, 0.0]  # decayed squared within-group residuals out of sample: raw, calibrated
 
     @property
     def rectified_lambda(self) -> float:
@@ -216,9 +217,14 @@ class WMRLEstimator(_Base):
             calibrated = [self.debiaser(w) if self.cfg.debias.enabled else w for w, _ in paired]
             residual, deviation, n = within_group_sums(calibrated, real)
             diag.update(anchor_oos_sq_residual=residual, anchor_sq_deviation=deviation, anchor_oos_pairs=float(n))
-            before = within_group_residual([w for w, _ in paired], real)
-            if self.cfg.debias.enabled and np.isfinite(before) and before > 0 and n:
-                diag["bias_reduction"] = 1.0 - (residual / n) / before
+            raw, _, _ = within_group_sums([w for w, _ in paired], real)
+            if self.cfg.debias.enabled and raw > 0:
+                diag["bias_reduction"] = 1.0 - residual / raw
+            # the same over decayed sums: one step's 8 pairs make the per-step ratio swing far both ways
+            keep = 0.5 ** (1.0 / self.cfg.debias.report_half_life)
+            self._bias = [keep * self._bias[0] + raw, keep * self._bias[1] + residual]
+        if self.cfg.debias.enabled and self._bias[0] > 0:
+            diag["bias_reduction_smoothed"] = 1.0 - self._bias[1] / self._bias[0]
 
         # rectified: the map as it stood before this step's pairs, so the draw cannot move it
         out_of_sample = [self._calibrate(_wm(g)) for g in groups] if self.cfg.rectified else None
@@ -281,12 +287,14 @@ class WMRLEstimator(_Base):
         return self.denoiser.trajectory_weights(np.array(var)).tolist()
 
     def state_dict(self) -> dict:
-        return {"debias": self.debiaser.state_dict(), "denoise": self.denoiser.state_dict(), "power": list(self._power)}
+        return {"debias": self.debiaser.state_dict(), "denoise": self.denoiser.state_dict(), "power": list(self._power),
+                "bias": list(self._bias)}
 
     def load_state_dict(self, state: dict) -> None:
         self.debiaser.load_state_dict(state["debias"])
         self.denoiser.load_state_dict(state["denoise"])
         self._power = list(state.get("power", [0.0, 0.0]))  # checkpoints from before lambda tuning: no history
+        self._bias = list(state.get("bias", [0.0, 0.0]))  # nor from before the smoothed diagnostic
 
 
 def build_estimator(cfg: EstimatorConfig, configured_fraction: float) -> RewardEstimator:
