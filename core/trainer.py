@@ -158,6 +158,9 @@ class Trainer:
                 like = next(self.policy.module.parameters())
                 self.actor.module.to(device=like.device, dtype=like.dtype)
         self.estimator = build_estimator(estimator, anchors.fraction)
+        # a mode that fixes rho (real, wm, fused) keeps it fixed; every rank has one (its sums are checkpointed)
+        self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction,
+                                         adaptive=type(self.estimator).fixed_anchor_fraction is None)
         self.generator = torch.Generator().manual_seed(trainer.seed)
         self.step = 0
         self.history: list[dict] = []  # evaluation rows
@@ -176,9 +179,6 @@ class Trainer:
             if wm_cfg is None:
                 raise ValueError(f"mode {estimator.mode} needs a world model and domain {type(domain).__name__} has none")
             self.world_model = open_world_model(domain, wm_cfg)
-        # a mode that fixes rho (real, wm, fused) keeps it fixed
-        self.scheduler = AnchorScheduler(anchors, self.estimator.anchor_fraction,
-                                         adaptive=type(self.estimator).fixed_anchor_fraction is None)
         self.store = RunStore(self.dir / "store.sqlite")
         self.archive = domain.make_archive(self.dir)
         if self.archive.writes_files:  # what a crash left between archive and store goes first

@@ -61,7 +61,8 @@ def test_speedup_benchmark_writes_json_table_plot_and_targets(tmp_path):
     out = run_benchmark("speedup", [f"out={tmp_path / 'm.json'}", "seeds=1", "trainer.steps=2",
                                      "trainer.eval_samples=1", "trainer.groups_per_step=4", "domain.real_delay_s=0"])
     data = json.loads(out.read_text())
-    assert set(data["modes"]) == {"real", "wm", "wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl", "wmrl-rho0.1"}
+    assert set(data["modes"]) == {"real", "wm", "wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl", "wmrl-rho0.1",
+                                  "wmrl-adaptive"}
     m = data["modes"]
     assert 0 < m["wmrl-rho0.1"]["real_executions_median"] <= m["wmrl"]["real_executions_median"]
     assert m["wm"]["real_executions_median"] == 0 < m["wmrl"]["real_executions_median"] < m["real"]["real_executions_median"]
