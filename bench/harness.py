@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+import yaml
 
 from wmrl.api import build_trainer
 from wmrl.config import load_config, to_yaml
@@ -77,6 +78,38 @@ def task_digest(tasks) -> str:
     return hashlib.sha256("|".join(t.id for t in tasks).encode()).hexdigest()[:16]
 
 
+_ABSENT = object()
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict = {}
+    for k, v in tree.items():
+        out.update(_flat(v, f"{prefix}{k}."))
+    return {k.rstrip("."): v for k, v in out.items()}
+
+
+def same_config(saved: Path, text: str, config: str) -> bool:
+    """Whether the run config saved at `saved` is `text`, up to keys the schema gained since it was written
+    that hold their default here (the config file's value: a new key defaults to the old behaviour), so a
+    finished run survives a new option. The file is brought up to `text` when it matches."""
+    if not saved.exists():
+        return False
+    old_text = saved.read_text()
+    if old_text == text:
+        return True
+    old, new = _flat(yaml.safe_load(old_text)), _flat(yaml.safe_load(text))
+    added = {k: v for k, v in new.items() if k not in old}
+    if any(new.get(k, _ABSENT) != v for k, v in old.items()):
+        return False
+    default = _flat(yaml.safe_load(to_yaml(load_config(config, []))))
+    if any(default.get(k, _ABSENT) != v for k, v in added.items()):
+        return False
+    saved.write_text(text)
+    return True
+
+
 def fresh_run_dir(run_dir: Path, config_text: str) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -94,7 +127,7 @@ def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
     cfg = load_config(config, [*overrides, f"trainer.seed={seed}", f"run_dir={run_dir}", "tensorboard=false"])
     run_dir, text = Path(run_dir), to_yaml(cfg)
     saved = run_dir / "config.yaml"
-    reused = reuse and saved.exists() and saved.read_text() == text
+    reused = reuse and same_config(saved, text, config)
     if not reused:
         fresh_run_dir(run_dir, text)
     trainer = build_trainer(cfg)

@@ -54,6 +54,9 @@ MODES = {
     "wmrl-rho0.1": ["estimator.mode=wmrl", "anchors.fraction=0.1"],
     # rho moved by the world model's out-of-sample error (floor 0.1, ceiling 0.5; docs/method.md)
     "wmrl-adaptive": ["estimator.mode=wmrl", "anchors.adaptive.enabled=true"],
+    # anchors executed while the loop goes on, used one step late (`core/async_anchors.py`): single-turn domains
+    "wmrl-async": ["estimator.mode=wmrl", "anchors.max_staleness=1"],
+    "wmrl-async-calibrate": ["estimator.mode=wmrl", "anchors.max_staleness=1", "anchors.stale_use=calibrate"],
     # TRL's GRPOTrainer on the real mode's config (`bench/trl_grpo.py`): AutoResearch only
     "trl": ["estimator.mode=real"],
 }
@@ -64,6 +67,9 @@ VERSUS = ("reached_reference_final", "time_to_reference_final_median", "speedup_
           "real_executions_to_reference_final_median", "fewer_real_executions_to_reference_final", "ideal_speedup")
 #: every mode a domain with a generic world model runs (fused is the VLA baseline's; trl is opt-in)
 GENERIC = tuple(m for m in MODES if m not in ("fused", "trl"))
+#: asynchronous anchors need single-turn episodes
+ASYNC = ("wmrl-async", "wmrl-async-calibrate")
+MULTI_TURN = tuple(m for m in GENERIC if m not in ASYNC)
 #: the paper's ablation order, worst to best
 ABLATION_ORDER = ("wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl")
 LADDER = ("real", "wm", *ABLATION_ORDER)
@@ -81,7 +87,7 @@ PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
     },
     "synthetic-control": {
         "quick": (3, LADDER, ["trainer.steps=20", "trainer.eval_every=10"]),
-        "full": (3, GENERIC, ["trainer.steps=60", "trainer.eval_every=10"]),
+        "full": (3, MULTI_TURN, ["trainer.steps=60", "trainer.eval_every=10"]),
     },
     "vla": {
         "quick": (1, ("real", "fused", "wm", "wmrl"), [*_VLA, "trainer.steps=6", "trainer.eval_every=3"]),

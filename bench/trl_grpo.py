@@ -82,7 +82,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from wmrl.bench.harness import RunRecord, fresh_run_dir, task_digest
+from wmrl.bench.harness import RunRecord, fresh_run_dir, same_config, task_digest
 from wmrl.config import RunConfig, load_config, to_yaml
 from wmrl.core.types import SPLITS, Outcome, Task, Transition, Trajectory
 from wmrl.domains.autoresearch.domain import AutoResearchDomain
@@ -345,8 +345,8 @@ def run_trl(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
     _check(cfg)
     text, settings = to_yaml(cfg), json.dumps(trl_settings(cfg))
     saved, record, trl_json = run_dir / "config.yaml", run_dir / "record.json", run_dir / "trl.json"
-    if (reuse and record.exists() and saved.exists() and saved.read_text() == text and trl_json.exists()
-            and trl_json.read_text() == settings):
+    if (reuse and record.exists() and trl_json.exists() and trl_json.read_text() == settings
+            and same_config(saved, text, config)):
         return RunRecord(**json.loads(record.read_text()))
     fresh_run_dir(run_dir, text)
     trl_json.write_text(settings)

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from wmrl.core.async_anchors import STALE_USES
+
 
 @dataclass
 class AdaptiveConfig:
@@ -59,6 +61,11 @@ class AnchorConfig:
     seed: int = 0
     #: the fraction moved by the world model's out-of-sample error instead of fixed (see the module docstring)
     adaptive: AdaptiveConfig = field(default_factory=AdaptiveConfig)
+    #: asynchronous anchors (`core/async_anchors.py`): a step's anchors are consumed this many steps later;
+    #: null: synchronous (each step waits for its own)
+    max_staleness: int | None = None
+    #: what a late anchor group is for: train (off-policy, clipped ratio) | calibrate (pairs only)
+    stale_use: str = "train"
 
     def validate(self) -> None:
         if not 0.0 <= self.fraction <= 1.0:
@@ -67,6 +74,11 @@ class AnchorConfig:
             raise ValueError("anchors.min_groups must be >= 0")
         if self.max_in_flight is not None and self.max_in_flight < 1:
             raise ValueError("anchors.max_in_flight must be >= 1 (or null for no cap)")
+        if self.max_staleness is not None and not (isinstance(self.max_staleness, int) and self.max_staleness >= 0):
+            raise ValueError(f"anchors.max_staleness must be an integer >= 0 (steps), or null for synchronous "
+                             f"anchors; got {self.max_staleness!r}")
+        if self.stale_use not in STALE_USES:
+            raise ValueError(f"anchors.stale_use must be one of {', '.join(STALE_USES)}, got {self.stale_use!r}")
         self.adaptive.validate()
 
 

@@ -101,9 +101,10 @@ class _Base(RewardEstimator):
         self.anchor_fraction = plan.anchor_fraction
 
     def _finish(self, groups, rewards, advantages, weights, diag) -> Estimate:
-        # weight 0 where no advantage: excluded trajectories never enter the loss
+        # weight 0 where no advantage (excluded) or the group only calibrates: neither enters the loss
         weights = [
-            [w if a is not None else 0.0 for w, a in zip(ws, adv)] for ws, adv in zip(weights, advantages)
+            [w if a is not None and g.train else 0.0 for w, a in zip(ws, adv)]
+            for g, ws, adv in zip(groups, weights, advantages)
         ]
         n = max(len(groups), 1)
         used = [r for rs in rewards for r in rs if r is not None]

@@ -38,12 +38,13 @@ import numpy as np
 import torch
 
 from wmrl.core.anchors import AnchorConfig, AnchorScheduler
+from wmrl.core.async_anchors import AnchorBatch, AnchorPipeline, Landed, RecordedReplies
 from wmrl.core.archive import load_trajectories, referenced
 from wmrl.core.domain import Domain
 from wmrl.core.engine import Engine, EngineConfig, ensure_distributed
 from wmrl.core.errors import Interrupted, StorageError
 from wmrl.core.estimators import EstimatorConfig, build_estimator
-from wmrl.core.interfaces import Policy
+from wmrl.core.interfaces import Policy, RealEnv
 from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
@@ -99,6 +100,24 @@ def default_world_model(domain: Domain) -> WorldModelConfig | None:
     return None if name is None else default_config(name)
 
 
+def _check_async(anchors: AnchorConfig, estimator: EstimatorConfig, trainer: TrainerConfig, domain: Domain) -> None:
+    """What asynchronous anchors cannot do, refused before anything is built."""
+    k = anchors.max_staleness
+    if k is None:
+        return
+    if domain.max_turns != 1:
+        raise ValueError(f"anchors.max_staleness needs a single-turn domain and {type(domain).__name__} runs "
+                         f"{domain.max_turns} turns (a multi-turn episode calls the policy between executions): "
+                         "set anchors.max_staleness=null")
+    if anchors.stale_use == "calibrate" and estimator.rectified:
+        raise ValueError("estimator.rectified corrects the world model's gradient with the anchors' real one, and "
+                         "anchors.stale_use=calibrate keeps anchors out of the gradient: use stale_use=train")
+    if anchors.stale_use == "train" and k > 0 and trainer.objective.ratio == "token":
+        raise ValueError("trainer.objective.ratio=token takes its old log-probs from the policy just before the "
+                         "update, so a late anchor group would get no importance correction: use ratio=sequence "
+                         "(against the log-probs recorded at sampling) or anchors.stale_use=calibrate")
+
+
 class Trainer:
     def __init__(
         self,
@@ -139,6 +158,10 @@ class Trainer:
     def _open(self, domain: Domain, trainer: TrainerConfig, estimator: EstimatorConfig, anchors: AnchorConfig,
               engine: EngineConfig, world_model: WorldModelConfig | None, tensorboard: bool,
               checkpoint: str | None) -> None:
+        _check_async(anchors, estimator, trainer, domain)
+        self.anchor_cfg = anchors
+        self.pipeline: AnchorPipeline | None = None  # asynchronous anchors in flight (the leader's)
+        self.anchor_env: RealEnv | None = None  # the environment they execute in
         self.policy = domain.make_policy(trainer.seed)
         if trainer.objective.ratio == "token" and not has_token_log_probs(self.policy):
             raise ValueError(f"trainer.objective.ratio=token needs per-token log-probabilities and "
@@ -187,6 +210,9 @@ class Trainer:
         self.train_tasks = domain.tasks("train")
         if not self.train_tasks:
             raise ValueError(f"domain {type(domain).__name__} has no train tasks")
+        if anchors.max_staleness is not None:
+            self.anchor_env = domain.make_real_env()
+            self.pipeline = AnchorPipeline(self._execute_anchors, anchors.max_staleness)
         #: diagnostics that look at every step, outside the wall (`core/observers.py`)
         self.observers = [OracleObserver(domain, estimator.advantage)]
         self._resume(checkpoint)
@@ -207,6 +233,7 @@ class Trainer:
             "wall": self.wall,
             "real_executions": self.real_executions,
             "run_id": self.run_id,
+            "anchors_in_flight": self.pipeline.state_dict() if self.pipeline is not None else [],
         }
 
     def _resume(self, tag: str | None = None) -> None:
@@ -226,6 +253,14 @@ class Trainer:
         self.history = list(state["history"])
         self.real_wall, self.wall = float(state["real_wall"]), float(state["wall"])
         self.real_executions = int(state["real_executions"])
+        in_flight = state.get("anchors_in_flight", [])
+        if in_flight and self.ranks.leader:
+            if self.pipeline is None:
+                raise ValueError(f"the checkpoint of {self.dir} holds {len(in_flight)} anchor batches still to be used "
+                                 "(asynchronous anchors): resume with the anchors.max_staleness it ran with")
+            tasks = {t.id: t for t in self.train_tasks}
+            for batch in in_flight:  # sent again with the next step's; the store plays back what had finished
+                self.pipeline.restore(AnchorBatch.from_state(batch, tasks))
         log.info("resumed %s at step %d", self.dir, self.step)
 
     def save(self) -> Path:
@@ -234,13 +269,17 @@ class Trainer:
                                 keep=self.cfg.checkpoint_keep)
 
     # ------------------------------------------------------------------ real execution
-    def _real(self, tasks: Sequence[Task], keys: Sequence[str], step: int, generator, greedy=False):
+    def _real(self, tasks: Sequence[Task], keys: Sequence[str], step: int, generator, greedy=False, *,
+              policy: Policy | None = None, env: RealEnv | None = None):
         """Roll episodes out in the real environment, reusing any already stored under `keys`.
 
         The whole batch goes through the rollout either way (`StoredReplay` plays the
         stored ones back), so the generator advances as it did the first time; each
-        fresh episode is archived and committed the moment it ends.
+        fresh episode is archived and committed the moment it ends. `policy` and `env`
+        default to the actor and the loop's environment (asynchronous anchors pass their own).
         """
+        policy = self.actor if policy is None else policy
+        env = self.env if env is None else env
         found = self.store.get_executions(keys)
         have = [i for i, k in enumerate(keys) if k in found]
         out: list[Trajectory | None] = [None] * len(keys)
@@ -256,7 +295,7 @@ class Trainer:
             if not ended:
                 return
             for i, traj in ended:
-                traj.real = self._outcome(traj)
+                traj.real = self._outcome(env, traj)
                 out[i] = traj
             # archive first, store second: a crash between them leaves only unreferenced archive data
             try:
@@ -274,7 +313,7 @@ class Trainer:
 
         times = RolloutTimes()
         rollout(
-            self.actor, StoredReplay(self.env, stored), tasks, source="real", max_turns=self.domain.max_turns,
+            policy, StoredReplay(env, stored), tasks, source="real", max_turns=self.domain.max_turns,
             generator=generator, greedy=greedy, times=times, on_done=commit,
         )
         missing = [keys[i] for i, t in enumerate(out) if t is None]
@@ -282,9 +321,9 @@ class Trainer:
             raise RuntimeError(f"real rollout left {len(missing)} episodes unfinished, e.g. {missing[0]}")
         return out, times, fresh
 
-    def _outcome(self, traj: Trajectory) -> Outcome:
+    def _outcome(self, env: RealEnv, traj: Trajectory) -> Outcome:
         try:
-            return self.env.outcome(traj)
+            return env.outcome(traj)
         except ValueError as exc:  # a domain bug (e.g. unnormalised reward): keep the run, drop the grade
             log.error("real environment gave an invalid outcome for task %s: %s", traj.task.id, exc)
             return Outcome(None, "infra", {"error": str(exc)})
@@ -302,32 +341,18 @@ class Trainer:
         tasks = self._sample_tasks(step)
         anchor_idx = set(self.scheduler.choose(step, len(tasks)).tolist())
         groups = [Group(id=group_id(step, g), task=t, trajectories=[], anchor=g in anchor_idx) for g, t in enumerate(tasks)]
+        if self.pipeline is not None:
+            return self._collect_async(step, groups)
 
         anchor_groups = [g for g in groups if g.anchor]
         keys = [train_key(g.id, m) for g in anchor_groups for m in range(G)]
         real_trajs, real_times, executed = self._real(
             [g.task for g in anchor_groups for _ in range(G)], keys, step, self.generator
         )
-        wm_time = 0.0
-        if self.world_model is not None and real_trajs:
-            t0 = time.perf_counter()
-            self.world_model.grade(real_trajs)
-            wm_time = time.perf_counter() - t0
+        wm_time = self._wm_grade(real_trajs)
         for j, g in enumerate(anchor_groups):
             g.trajectories = real_trajs[j * G : (j + 1) * G]
-
-        # the other groups are rolled out inside the world model
-        wm_groups = [g for g in groups if not g.anchor]
-        wm_times = RolloutTimes()
-        if wm_groups:
-            sim = rollout(
-                self.actor, self.world_model, [g.task for g in wm_groups for _ in range(G)], source="wm",
-                max_turns=self.domain.max_turns, generator=self.generator, times=wm_times,
-            )
-            for traj in sim:
-                traj.wm = wm_prediction(traj)
-            for j, g in enumerate(wm_groups):
-                g.trajectories = sim[j * G : (j + 1) * G]
+        wm_times = self._imagine([g for g in groups if not g.anchor])
         self._store_pairs(step, anchor_groups)
         times = {
             "real_executions": float(len(keys)),  # what the step consumed, fresh or (on resume) stored
@@ -337,6 +362,98 @@ class Trainer:
             "time_real": real_times.scorer,
         }
         return groups, times
+
+    def _wm_grade(self, trajectories: list[Trajectory]) -> float:
+        """The world model's grade of episodes it did not simulate (anchors); its wall-clock."""
+        if self.world_model is None or not trajectories:
+            return 0.0
+        t0 = time.perf_counter()
+        self.world_model.grade(trajectories)
+        return time.perf_counter() - t0
+
+    def _imagine(self, groups: list[Group]) -> RolloutTimes:
+        """Roll `groups` out inside the world model, each episode graded by it."""
+        times = RolloutTimes()
+        if not groups:
+            return times
+        G = self.cfg.group_size
+        sim = rollout(self.actor, self.world_model, [g.task for g in groups for _ in range(G)], source="wm",
+                      max_turns=self.domain.max_turns, generator=self.generator, times=times)
+        for traj in sim:
+            traj.wm = wm_prediction(traj)
+        for j, g in enumerate(groups):
+            g.trajectories = sim[j * G : (j + 1) * G]
+        return times
+
+    # ------------------------------------------------------------------ asynchronous anchors
+    def _collect_async(self, step: int, groups: list[Group]) -> tuple[list[Group], dict]:
+        """`collect` with the anchors of this step sent off and those of step - k consumed (`core/async_anchors.py`)."""
+        G, calibrate = self.cfg.group_size, self.anchor_cfg.stale_use == "calibrate"
+        anchors = [g for g in groups if g.anchor]
+        t0 = time.perf_counter()
+        self._sample_anchors(step, anchors)
+        generation = time.perf_counter() - t0
+        wm_time = 0.0
+        if calibrate:  # this step's anchors train now, on the world model's grade of replies not yet run
+            wm_time += self._wm_grade([t for g in anchors for t in g.trajectories])
+            for g in anchors:
+                g.anchor = False
+        else:
+            for g in anchors:
+                g.trajectories = []
+        landed = self.pipeline.due(step, last=step == self.cfg.steps)
+        late: dict[str, Group] = {}
+        for arrived in landed:
+            b = arrived.batch
+            wm_time += self._wm_grade(arrived.trajectories)
+            for j, gid in enumerate(b.group_ids):
+                late[gid] = Group(gid, b.tasks[j * G], arrived.trajectories[j * G : (j + 1) * G], anchor=True,
+                                  train=not calibrate)
+        wm_times = self._imagine([g for g in groups if not g.anchor and not g.trajectories])
+        for arrived in landed:
+            self._store_pairs(arrived.batch.step, [late[gid] for gid in arrived.batch.group_ids])
+        if calibrate:  # every group of this step trains; the landed ones only calibrate
+            out = groups + list(late.values())
+        else:  # older steps' groups first, then this step's in order (with k = 0 each lands in its own place)
+            mine = {g.id for g in groups}
+            out = [g for gid, g in late.items() if gid not in mine]
+            out += [late.get(g.id, g) for g in groups if g.trajectories or g.id in late]
+        consumed = [k for arrived in landed for k in arrived.batch.keys]
+        times = {
+            "real_executions": float(len(consumed)),
+            "real_executed_fresh": float(sum(a.fresh for a in landed)),
+            "time_generation": generation + wm_times.generation,
+            "time_wm": wm_time + wm_times.scorer,
+            "time_real": sum(a.waited for a in landed),  # the loop's wait: what real execution cost it
+            "time_real_background": sum(a.execution_time for a in landed),
+            "anchor_staleness": float(max(step - a.batch.step for a in landed)) if landed else float("nan"),
+            "anchor_batches_in_flight": float(len(self.pipeline.pending)),
+        }
+        return out, times
+
+    def _sample_anchors(self, step: int, anchors: list[Group]) -> None:
+        """Sample the anchor groups' replies on this thread (the step's policy and generator) and send them to
+        the worker; each group keeps its episodes as sampled (not yet run)."""
+        if not anchors:
+            return
+        G = self.cfg.group_size
+        tasks = [g.task for g in anchors for _ in range(G)]
+        obs = list(self.env.reset(tasks))
+        self.actor.reset(tasks)
+        with torch.no_grad():
+            actions, log_probs = self.actor.act(obs, generator=self.generator)
+        for j, g in enumerate(anchors):
+            g.trajectories = [Trajectory(task=g.task, source="real", observations=[obs[i]], actions=[actions[i]],
+                                         log_probs=[float(log_probs[i])]) for i in range(j * G, (j + 1) * G)]
+        self.pipeline.submit(AnchorBatch(step, [g.id for g in anchors], tasks,
+                                         [train_key(g.id, m) for g in anchors for m in range(G)], list(actions),
+                                         [float(x) for x in log_probs]))
+
+    def _execute_anchors(self, batch: AnchorBatch) -> tuple[list[Trajectory], float, int]:
+        """The worker's job: run a batch's recorded replies in the anchor environment, each committed as it ends."""
+        trajs, times, fresh = self._real(batch.tasks, batch.keys, batch.step, None,
+                                         policy=RecordedReplies(batch.actions, batch.log_probs), env=self.anchor_env)
+        return trajs, times.scorer, fresh
 
     def train_step(self, step: int) -> dict:
         """One step; its metrics on the leader (a learner rank only updates and returns {})."""
@@ -354,6 +471,8 @@ class Trainer:
         update_time = time.perf_counter() - t0
         if not self.ranks.leader:
             return {}
+        if self.pipeline is not None and self._evaluates(step):  # evaluation never overlaps anchors in flight
+            times["time_real"] += self.pipeline.settle()
         step_time = time.perf_counter() - t_step
         self.real_wall += times["time_real"]
         self.wall += step_time
@@ -469,6 +588,11 @@ class Trainer:
         return row
 
     # ------------------------------------------------------------------ loop
+    def _evaluates(self, step: int) -> bool:
+        """Whether held-out evaluation follows `step`."""
+        ev = self.cfg.eval_every
+        return bool(ev and step % ev == 0) or step == self.cfg.steps
+
     def train(self, progress: bool = False) -> list[dict]:
         """Train to `trainer.steps`, evaluating before, every `eval_every`, and after.
 
@@ -489,9 +613,8 @@ class Trainer:
                     step = self.step + 1
                     m = self.train_step(step)
                     self.step = step
-                    ev = self.cfg.eval_every
                     if leader:
-                        if (ev and step % ev == 0) or step == self.cfg.steps:
+                        if self._evaluates(step):
                             m.update({k: v for k, v in self._evaluate_all().items() if k.startswith("eval_")})
                         self.metrics.log(step, m)
                     signum = self.ranks.broadcast(stop.signum)
@@ -512,12 +635,14 @@ class Trainer:
         return self.history
 
     def close(self) -> None:
+        if self.pipeline is not None:  # the batch executing finishes and is stored, before the store closes
+            self.pipeline.close()
         if self.world_model is not None:
             self.world_model.close()  # no background fit left running into interpreter shutdown
         self.policy.close()
         if self.actor is not None and self.actor is not self.policy:
             self.actor.close()
-        for part in (self.metrics, self.store, self.env):
+        for part in (self.metrics, self.store, self.env, self.anchor_env):
             if part is not None:  # a learner rank has none of them
                 part.close()
         if self.lock is not None:

@@ -149,6 +149,8 @@ class Group:
     task: Task
     trajectories: list[Trajectory]
     anchor: bool = False
+    #: False: graded for calibration only, never in the loss (a late anchor group under `stale_use: calibrate`)
+    train: bool = True
 
 
 @dataclass

@@ -124,15 +124,18 @@ def test_scripts_parse_are_deterministic_and_diverse():
     exact = {format_prompt(d) for _, d in TASKS}
     n_exact = sum(p in exact for p, _ in corpus)
     n_second = sum("Sandbox feedback:" in p for p, _ in corpus)
-    n_synthetic = sum("- Metric: `" in p for p, _ in corpus)  # synthetic_task's format
-    assert 0.2 * len(corpus) < n_exact < 0.6 * len(corpus), n_exact  # the given tasks, verbatim
+    n_synthetic = sum("- Metric: `" in p for p, _ in corpus)  # synthetic_task's format (the suite's)
+    assert 0.1 * len(corpus) < n_exact < 0.4 * len(corpus), n_exact  # the given tasks, verbatim
     assert 0.05 * len(corpus) < n_second < 0.3 * len(corpus), n_second
-    assert 0.1 * len(corpus) < n_synthetic < 0.35 * len(corpus), n_synthetic
+    assert 0.35 * len(corpus) < n_synthetic < 0.65 * len(corpus), n_synthetic
     assert all(_parses(extract_code(format_reply(s))) for _, s in corpus)
-    # the scripts follow their prompt's task: a regression prompt gets a regressor
+    # the scripts follow their prompt's task: a regression prompt gets a regressor, every target by its name
+    regression = 0
     for p, s in corpus:
-        if "Metric: rmse" in p and "Sandbox" not in p:
+        if ("Metric: rmse" in p or "Metric: `rmse`" in p or "Metric: `r2`" in p) and "Sandbox" not in p:
+            regression += 1
             assert not any(c in s for c in ("Classifier", "SVC(", "LogisticRegression", "GaussianNB")), s
+    assert regression >= 0.1 * len(corpus)
 
     # augmentation perturbs descriptions but never the lines the script depends on
     for spec, desc in TASKS:
@@ -141,13 +144,19 @@ def test_scripts_parse_are_deterministic_and_diverse():
         for line in desc.splitlines():
             if any(k in line for k in (*spec.targets, *spec.proba_columns, spec.metric)):
                 assert all(line in c for c in copies), line
-    kinds = set()
+    kinds, targets, layouts = set(), set(), set()
     for i in range(200):
         spec, desc = synthetic_task(np.random.default_rng(i))
         kinds.add((spec.kind, spec.metric, spec.proba))
-        assert all(t in desc for t in spec.targets) and spec.metric in desc
+        targets.update(spec.targets)
+        # described as the suite describes its own tasks: target, metric and submission columns stated
+        assert desc.startswith("# Task: ") and "## Submission" in desc and f"- Metric: `{spec.metric}`" in desc
+        assert all(f"`{t}`" in desc for t in spec.targets)
+        assert all(f"`{c}`" in desc.split("## Submission")[1] for c in spec.proba_columns)
+        layouts.add(spec.proba_columns if spec.proba else spec.targets if spec.multi else ("prediction",))
         assert _parses(generate_script(spec, np.random.default_rng(i)))
     assert {k for k, _, _ in kinds} == {"classification", "regression", "multioutput"} and len(kinds) >= 8
+    assert len(targets) >= 25 and len(layouts) >= 10  # names and layouts to read, not to memorise
     with pytest.raises(ValueError):
         TaskSpec("classification", ("y",), "log_loss")  # needs its probability columns
     with pytest.raises(ValueError):

@@ -4,10 +4,11 @@ import json
 import shutil
 
 import pytest
+import yaml
 
 from wmrl.bench import run_benchmark
-from wmrl.bench.harness import IncomparableRuns, RunRecord, summarize, time_to_reach
-from wmrl.config import ConfigError, load_config
+from wmrl.bench.harness import IncomparableRuns, RunRecord, same_config, summarize, time_to_reach
+from wmrl.config import ConfigError, load_config, to_yaml
 
 
 def rec(mode, seed, steps=10, digest="t", final=0.5, wall=10.0, execs=100):
@@ -62,7 +63,7 @@ def test_speedup_benchmark_writes_json_table_plot_and_targets(tmp_path):
                                      "trainer.eval_samples=1", "trainer.groups_per_step=4", "domain.real_delay_s=0"])
     data = json.loads(out.read_text())
     assert set(data["modes"]) == {"real", "wm", "wmrl-none", "wmrl-denoise", "wmrl-debias", "wmrl", "wmrl-rho0.1",
-                                  "wmrl-adaptive"}
+                                  "wmrl-adaptive", "wmrl-async", "wmrl-async-calibrate"}
     m = data["modes"]
     assert 0 < m["wmrl-rho0.1"]["real_executions_median"] <= m["wmrl"]["real_executions_median"]
     assert m["wm"]["real_executions_median"] == 0 < m["wmrl"]["real_executions_median"] < m["real"]["real_executions_median"]
@@ -181,6 +182,19 @@ def test_resume_keeps_finished_runs_of_the_same_config_and_reruns_the_rest(tmp_p
     assert changed["modes"]["real"]["per_seed"][0]["wall"] != walls["real"]
     with pytest.raises(ConfigError, match="option .resume.: Value .maybe. is not a valid bool"):
         run_benchmark("speedup", [*args, "resume=maybe"])
+
+
+def test_a_finished_run_survives_an_option_added_since_at_its_default_and_nothing_else(tmp_path):
+    text = to_yaml(load_config("synthetic-program", []))
+    before = yaml.safe_load(text)
+    del before["anchors"]["stale_use"]  # written by a version without the option
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(before))
+    assert same_config(saved, text, "synthetic-program") and saved.read_text() == text  # brought up to date
+    saved.write_text(yaml.safe_dump(before))
+    assert not same_config(saved, to_yaml(load_config("synthetic-program", ["anchors.stale_use=calibrate"])),
+                           "synthetic-program")  # the new option away from its default: another run
+    assert not same_config(saved, to_yaml(load_config("synthetic-program", ["engine.lr=0.5"])), "synthetic-program")
 
 
 def test_benchmark_options_are_typed_checked_and_listed_by_help(capsys):

@@ -26,6 +26,7 @@ import torch
 
 from wmrl.api import resumed_trainer
 from wmrl.core.archive import load_trajectories
+from wmrl.core.engine import saved_client_state
 from wmrl.core.metrics import read_jsonl
 
 HARNESS = Path(__file__).with_name("durability_harness.py")
@@ -106,12 +107,13 @@ def assert_same_run(a: dict, b: dict) -> None:
     assert b["estimator"] == a["estimator"]
 
 
-def _program_args(run_dir: Path, ledger: Path, every: int = 3, delay: float = 0.0) -> list[str]:
+def _program_args(run_dir: Path, ledger: Path, every: int = 3, delay: float = 0.0,
+                  extra: tuple[str, ...] = ()) -> list[str]:
     return ["train", "synthetic-program", f"run_dir={run_dir}", "trainer.steps=6", f"trainer.checkpoint_every={every}",
             "trainer.eval_every=3", "trainer.eval_samples=2", "trainer.groups_per_step=4", "trainer.group_size=4",
             "anchors.fraction=0.5", "estimator.debias.min_pairs=4", "estimator.denoise.warmup=2",
             f"domain.real_delay_s={delay}", "domain.real_capacity=2", f"domain.ledger={ledger}", "tensorboard=false",
-            "--no-progress", "--no-report"]
+            *extra, "--no-progress", "--no-report"]
 
 
 def test_a_run_killed_anywhere_resumes_exactly_and_executes_nothing_twice(tmp_path):
@@ -138,6 +140,25 @@ def test_a_run_killed_anywhere_resumes_exactly_and_executes_nothing_twice(tmp_pa
     stored = next(lines[i + 1] for i, line in enumerate(lines) if "finished its 6 steps before" in line)
     assert json.loads(stored)["final"] == json.loads((killed / "summary.json").read_text())["history"][-1]
     assert collections.Counter((tmp_path / "killed.ledger").read_text().splitlines()) == ran_b
+
+
+def test_a_run_killed_with_asynchronous_anchors_in_flight_resumes_exactly_and_executes_nothing_twice(tmp_path):
+    """The worker commits step 5's anchors while the loop is steps ahead; the checkpoint of step 3 holds the
+    batches of steps 2 and 3, not yet used: they are sent again and the store plays back what had finished."""
+
+    def args(run_dir, ledger):
+        return _program_args(run_dir, ledger, extra=("anchors.max_staleness=2",))
+
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    train_with_kills([], args(straight, tmp_path / "straight.ledger"))
+    assert harness("commit:s5g", args(killed, tmp_path / "killed.ledger")).returncode == -9
+    in_flight = saved_client_state(killed / "checkpoints")["anchors_in_flight"]
+    assert [b["step"] for b in in_flight] == [2, 3]
+    train_with_kills(["commit:s6g", "commit:eval/6/test_ood"], args(killed, tmp_path / "killed.ledger"))
+    assert_same_run(fingerprint(straight), fingerprint(killed))
+    ran_a = collections.Counter((tmp_path / "straight.ledger").read_text().splitlines())
+    ran_b = collections.Counter((tmp_path / "killed.ledger").read_text().splitlines())
+    assert ran_b == ran_a  # each execution paid for once
 
 
 def test_a_multi_step_run_resumes_exactly_and_repeats_only_episodes_in_flight(tmp_path):

@@ -42,9 +42,10 @@ import numpy as np
 
 from wmrl.domains.autoresearch.feedback import report
 from wmrl.domains.autoresearch.protocol import format_prompt, format_reply, next_observation
+from wmrl.domains.autoresearch.tasks import render_description, submission_columns_for
 
 #: bump when the scripts or the prompt format change: it keys the agent cache
-CORPUS_VERSION = "ar-corpus-v4"
+CORPUS_VERSION = "ar-corpus-v5"
 
 KINDS = ("classification", "regression", "multioutput")
 METRICS = ("accuracy", "macro_f1", "roc_auc", "log_loss", "r2", "rmse")
@@ -466,53 +467,83 @@ def augment_description(description: str, spec: TaskSpec, rng: np.random.Generat
     return "\n".join(out)
 
 
-def synthetic_task(rng: np.random.Generator) -> tuple[TaskSpec, str]:
-    """A random task of any kind and metric, with a short description in a generic format.
+#: target columns as competitions name them, for a class and for a value
+_CLASS_TARGETS = ("target", "label", "class", "species", "churn", "default", "survived", "diagnosis", "grade",
+                  "is_fraud", "category", "outcome", "approved", "defect", "segment", "cover_type", "activity", "failure")
+_VALUE_TARGETS = ("target", "price", "sales", "demand", "yield", "energy", "duration", "score", "concentration",
+                  "strength", "rating", "consumption", "temperature", "load", "revenue", "count", "value", "progression")
+_FEATURE_WORDS = ("age", "income", "height", "weight", "pressure", "dose", "area", "volume", "speed", "ratio",
+                  "depth", "width", "length", "humidity", "flow", "voltage", "density", "balance", "tenure", "visits",
+                  "distance", "hour", "rooms", "acidity", "sugar", "alcohol", "mass", "radius", "texture", "gain")
+_TASK_TYPES = {"classification": ("binary", "multiclass"), "regression": ("regression",),
+               "multioutput": ("multi-output",)}
 
-    Mixed into the corpus so the agent knows every kind of script (a regression
-    task need not be among the training tasks for it to write a regressor).
+
+def spec_for(task_type: str, targets: Sequence[str], metric: str, submission_columns: Sequence[str]) -> TaskSpec:
+    """The script generator's view of a task of the suite's format (`ARTask`'s fields)."""
+    kind = next(k for k, types in _TASK_TYPES.items() if task_type in types)
+    # for binary ROC AUC the grader reads the positive class's probability from `prediction`
+    proba = tuple(submission_columns) if metric in _PROBA_METRICS else ()
+    return TaskSpec(kind=kind, targets=tuple(targets), metric=metric, proba_columns=proba)
+
+
+def _feature_names(rng: np.random.Generator, d: int, avoid: Sequence[str]) -> list[str]:
+    style = int(rng.integers(4))
+    if style == 0:
+        return [f"{_pick(rng, ['x', 'f', 'feat_', 'V', 'col_'])}{i}" for i in range(d)]
+    if style == 1:
+        prefix = _pick(rng, ["x", "f", "feat_", "V", "col_", "sensor_", "m"])
+        return [f"{prefix}{i}" for i in range(d)]
+    words = [w for w in _FEATURE_WORDS if w not in avoid]
+    names = [words[int(i)] for i in rng.permutation(len(words))[:d]]
+    return names + [f"{_pick(rng, ['x', 'f', 'extra_'])}{i}" for i in range(d - len(names))]
+
+
+def synthetic_task(rng: np.random.Generator) -> tuple[TaskSpec, str]:
+    """A random task of any kind, metric and schema, described exactly as the bundled suite describes its own.
+
+    Mixed into the corpus so the agent learns to read what a description says
+    (the target's name, regression or classification, the metric, the
+    submission's columns) rather than memorise the training tasks: a regression
+    task need not be among them for it to write a regressor, nor a target be
+    called `target` for it to find it. The layouts come from `ARTask` itself
+    (`submission_columns`), so they are the grader's.
     """
     kind = _pick(rng, ["classification"] * 3 + ["regression"] * 2 + ["multioutput"])
-    title = "-".join(_pick(rng, _WORDS[:60]) for _ in range(2))
+    classes: tuple | None = None
     if kind == "multioutput":
-        base = _pick(rng, ["y", "target", "out"])
-        targets = tuple(f"{base}{j}" for j in range(int(rng.integers(2, 5))))
-        metric = _pick(rng, ["r2", "rmse"])
-        problem, target_text = f"multi-output regression ({len(targets)} targets)", ", ".join(f"`{t}`" for t in targets)
-        sub = ", ".join(f"`{t}`" for t in targets) + ": the predicted value of each target."
-        proba: tuple[str, ...] = ()
-    else:
-        targets = (_pick(rng, ["target", "label", "y", "outcome", "class"]),)
-        target_text = f"`{targets[0]}`"
-        if kind == "regression":
-            metric, proba = _pick(rng, ["r2", "rmse"]), ()
-            problem, sub = "regression", f"`prediction`: the predicted value of `{targets[0]}`."
+        t = int(rng.integers(2, 5))
+        if rng.random() < 0.5:
+            base = _pick(rng, ["y", "target_", "out", "y_"])
+            targets = tuple(f"{base}{j}" for j in range(t))
         else:
-            k = int(_pick(rng, [2, 2, 3, 4, 5, 10]))
-            metric = _pick(rng, ["accuracy", "macro_f1", "roc_auc", "log_loss"])
-            problem = f"{'binary' if k == 2 else 'multiclass'} classification ({k} classes)"
-            target_text += f" ({k} classes: {', '.join(str(c) for c in range(k))})"
-            if metric == "roc_auc" and k == 2:
-                proba = POSITIVE_PROBA
-                sub = f"`prediction`: the predicted probability that `{targets[0]}` is 1."
-            elif metric in _PROBA_METRICS:
-                proba = tuple(f"p_{c}" for c in range(k))
-                sub = ", ".join(f"`{c}`" for c in proba) + ": the predicted probability of each class."
-            else:
-                proba, sub = (), "`prediction`: the predicted class."
-    spec = TaskSpec(kind, targets, metric, proba)
-    d = int(rng.integers(3, 60))
-    lines = [
-        f"# Task: {title}", "", _noise_line(rng, _WORDS), "",
-        f"- Problem: {problem}, tabular data.",
-        f"- Rows: {int(rng.integers(100, 20000))} training rows; {d} feature columns.",
-        f"- Target: {target_text}.", f"- Metric: `{metric}`.", "", "## Submission", "", "- " + sub,
-    ]
-    return spec, "\n".join(lines)
+            targets = tuple(_VALUE_TARGETS[int(i)] for i in rng.permutation(len(_VALUE_TARGETS))[:t])
+        task_type, metric, target_dtype = "multi-output", _pick(rng, ["r2", "rmse"]), "float64"
+    elif kind == "regression":
+        targets = (_pick(rng, _VALUE_TARGETS),)
+        task_type, metric = "regression", _pick(rng, ["r2", "rmse"])
+        target_dtype = _pick(rng, ["float64", "float64", "int64"])
+    else:
+        targets = (_pick(rng, _CLASS_TARGETS),)
+        k = int(_pick(rng, [2, 2, 2, 3, 4, 5, 7, 10]))
+        classes = tuple(range(k))
+        task_type, target_dtype = ("binary" if k == 2 else "multiclass"), "int64"
+        metric = _pick(rng, ["accuracy", "macro_f1", "roc_auc", "log_loss"])
+    d = int(rng.integers(3, 40))
+    features = _feature_names(rng, d, targets)
+    dtypes = [_pick(rng, ["float64"] * 4 + ["int64"]) for _ in range(d)]
+    n_train = int(rng.integers(100, 20000))
+    submission = submission_columns_for(metric, task_type, classes, targets)
+    description = render_description(
+        title="-".join(_pick(rng, _WORDS[:60]) for _ in range(2)), blurb=_noise_line(rng, _WORDS),
+        metric=metric, budget_s=int(_pick(rng, [30, 60, 90, 120])), task_type=task_type, n_train=n_train,
+        n_test=max(20, n_train // int(_pick(rng, [2, 3, 4, 5]))), feature_columns=features, feature_dtypes=dtypes,
+        target_columns=targets, target_dtype=target_dtype, classes=classes, submission_columns=submission)
+    return spec_for(task_type, targets, metric, submission), description
 
 
 def generate_corpus(specs_and_prompts: Sequence[tuple[TaskSpec, str]], n: int, seed: int = 0, *,
-                    multi_turn: float = 0.15, augment: float = 0.5, background: float = 0.2) -> list[tuple[str, str]]:
+                    multi_turn: float = 0.15, augment: float = 0.5, background: float = 0.5) -> list[tuple[str, str]]:
     """`n` (prompt, script) pairs over the given tasks. Deterministic given `seed`.
 
     The prompt is the observation the agent answers, `format_prompt(description)`:

@@ -24,7 +24,7 @@ from wmrl.core.types import Task, Trajectory
 from wmrl.core.validation import at_least
 from wmrl.core.wm_runtime import RuntimeConfig
 from wmrl.core.wm_spec import WorldModelConfig, register_world_model
-from wmrl.domains.autoresearch.corpus import TaskSpec
+from wmrl.domains.autoresearch.corpus import TaskSpec, spec_for
 from wmrl.domains.autoresearch.episodes import FINALS
 from wmrl.domains.autoresearch.protocol import extract_code
 from wmrl.domains.autoresearch.suite import load_suite
@@ -125,11 +125,7 @@ class CodeLLMConfig(WorldModelConfig):
 
 def task_spec(task: ARTask) -> TaskSpec:
     """What a solution script must know about a task (the corpus generator's input)."""
-    kind = {"binary": "classification", "multiclass": "classification", "regression": "regression",
-            "multi-output": "multioutput"}[task.task_type]
-    # for binary ROC AUC the grader reads the positive class's probability from `prediction`
-    proba = task.submission_columns if task.metric in ("roc_auc", "log_loss") else ()
-    return TaskSpec(kind=kind, targets=tuple(task.target_columns), metric=task.metric, proba_columns=tuple(proba))
+    return spec_for(task.task_type, task.target_columns, task.metric, task.submission_columns)
 
 
 @DOMAINS.register("autoresearch")

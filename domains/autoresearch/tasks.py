@@ -559,7 +559,7 @@ def _task_from_meta(spec: _Spec, meta: dict, task_dir: Path) -> ARTask:
         title=spec.id, blurb=spec.blurb, metric=spec.metric, budget_s=spec.budget_s, task_type=meta["task_type"],
         n_train=meta["n_train"], n_test=meta["n_test"], feature_columns=meta["features"],
         feature_dtypes=meta["feature_dtypes"], target_columns=meta["targets"], target_dtype=meta["target_dtype"],
-        classes=classes, submission_columns=_submission_columns(spec.metric, meta["task_type"], classes,
+        classes=classes, submission_columns=submission_columns_for(spec.metric, meta["task_type"], classes,
                                                                 meta["targets"]))
     return ARTask(
         id=spec.id, family=spec.family, split=spec.split, metric=spec.metric, budget_s=spec.budget_s,
@@ -569,7 +569,7 @@ def _task_from_meta(spec: _Spec, meta: dict, task_dir: Path) -> ARTask:
         source=f"{spec.gen}:{spec.params.get('name', 'seed=' + str(spec.seed))}")
 
 
-def _submission_columns(metric: str, task_type: str, classes, targets) -> tuple[str, ...]:
+def submission_columns_for(metric: str, task_type: str, classes, targets) -> tuple[str, ...]:
     probe = ARTask(id="probe", family="", split="train", metric=metric, budget_s=1, description="", baseline=0.0,
                    reference=0.0, task_type=task_type, feature_columns=(), target_columns=tuple(targets),
                    classes=tuple(classes) if classes is not None else None, n_train=0, n_test=0, data_dir="")
