@@ -390,7 +390,7 @@ def run_trl(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
         try:
             for split_name in cfg.trainer.eval_splits:
                 if judge.domain.tasks(split_name):
-                    row[f"eval_{split_name}"] = judge.evaluate(split_name)["reward"]
+                    row.update(judge.evaluation_columns(split_name))
         finally:
             judge.close()
         history.append(row)

@@ -568,22 +568,33 @@ class Trainer:
         return trajs, times.scorer + times.generation
 
     def evaluate(self, split: str) -> dict:
-        """Mean real reward on a held-out split (real execution, stored like any other)."""
+        """Mean real reward on a held-out split (real execution, stored like any other), the share of episodes
+        that ran ok, and the means of the domain's per-episode numbers (`Domain.episode_stats`)."""
         trajs, wall = self.held_out(split)
         rewards = [t.real.reward for t in trajs if t.real is not None and t.real.known]
+        stats = [self.domain.episode_stats(t) for t in trajs]
         return {
             "split": split,
             "reward": float(np.mean(rewards)) if rewards else float("nan"),
+            "ok": float(np.mean([t.real is not None and t.real.status == "ok" for t in trajs])) if trajs else float("nan"),
+            "stats": {k: float(np.mean([s[k] for s in stats if k in s])) for k in sorted({k for s in stats for k in s})},
             "unknown": len(trajs) - len(rewards),
             "n": len(trajs),
             "eval_time": wall,
         }
 
+    def evaluation_columns(self, split: str) -> dict[str, float]:
+        """The history's columns for `split`: `eval_<split>` (mean reward), `eval_<split>_ok` and one per
+        per-episode number of the domain (AutoResearch: `eval_<split>_parsed`)."""
+        ev = self.evaluate(split)
+        return {f"eval_{split}": ev["reward"], f"eval_{split}_ok": ev["ok"],
+                **{f"eval_{split}_{k}": v for k, v in ev["stats"].items()}}
+
     def _evaluate_all(self) -> dict:
         row = {"step": self.step, "wall": self.wall, "real_wall": self.real_wall, "real_executions": self.real_executions}
         for split in self.cfg.eval_splits:
             if self.domain.tasks(split):
-                row[f"eval_{split}"] = self.evaluate(split)["reward"]
+                row.update(self.evaluation_columns(split))
         self.history.append(row)
         return row
 
