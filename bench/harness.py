@@ -193,6 +193,40 @@ def time_to_reach(history: list[dict], target: float, key: str = "eval_test_id",
     return None
 
 
+def bootstrap_interval(values: Sequence[float | None], *, stat=np.mean, level: float = 0.95, draws: int = 4000,
+                       seed: int = 0) -> list[float | None] | None:
+    """Percentile bootstrap interval of `stat` over seeds: None with fewer than two values. A None value (a seed
+    that never got there, for a time) counts as infinite, and an infinite bound is None (not reached)."""
+    xs = np.array([math.inf if x is None else float(x) for x in values])
+    xs = xs[~np.isnan(xs)]
+    if len(xs) < 2:
+        return None
+    stats = stat(xs[np.random.default_rng(seed).integers(len(xs), size=(draws, len(xs)))], axis=1)
+    tail = (1.0 - level) / 2
+    return [float(q) if math.isfinite(q) else None for q in np.quantile(stats, [tail, 1.0 - tail], method="lower")]
+
+
+def final_interval(per_seed: Sequence[dict], split: str) -> list[float | None] | None:
+    """The 95% interval of a mode's mean final held-out reward over its seeds."""
+    return bootstrap_interval([r["final"].get(f"eval_{split}") for r in per_seed])
+
+
+def held_out_change(runs: Sequence[RunRecord]) -> dict:
+    """Per held-out column (`test_id` reward, `test_ood_ok`, `test_ood_parsed`, ...): the median over seeds
+    before training and after it, and each seed's change (after - before), so a fall is read per seed."""
+    out: dict = {}
+    for split in ("test_id", "test_ood"):
+        cols = sorted({k for r in runs for k in r.history[0] if k == f"eval_{split}" or k.startswith(f"eval_{split}_")})
+        for col in cols:
+            pairs = [(r.history[0].get(col), r.history[-1].get(col)) for r in runs]
+            out[col[len("eval_"):]] = {
+                "before": _median([b for b, _ in pairs]), "after": _median([a for _, a in pairs]),
+                "change_per_seed": [None if a is None or b is None or not math.isfinite(a - b) else a - b
+                                    for b, a in pairs],
+            }
+    return out
+
+
 def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
     check_comparable(runs)
     modes = list(dict.fromkeys(r.mode for r in runs))
@@ -218,9 +252,13 @@ def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
             "reached_reference_final": sum(x is not None for x in reach),
             "real_executions_to_reference_final_median": _median([x for x in spent if x is not None])
             if any(x is not None for x in spent) else None,
+            "held_out": held_out_change(rs),
+            "time_to_reference_final_interval": bootstrap_interval(reach, stat=np.median) if reach else None,
             "per_seed": [{"seed": r.seed, "final": r.history[-1], "history": r.history, "wall": r.wall,
                           "real_executions": r.real_executions, "signal_cosine": r.signal_cosine} for r in rs],
         }
+        for split in ("test_id", "test_ood"):
+            out["modes"][mode][f"final_{split}_interval"] = final_interval(out["modes"][mode]["per_seed"], split)
     if reference in modes:
         ref = out["modes"][reference]
         share = ref["real_wall_share_median"]

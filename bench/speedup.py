@@ -6,7 +6,8 @@ hits all of them alike, and the harness refuses to compare anything else
 (`IncomparableRuns`). Per mode it reports the real held-out reward (ID and OOD)
 against training wall-clock and against real executions, the time to reach the
 `real` mode's final held-out reward, the final reward with its spread over
-seeds, the share of step time spent in real execution and the ideal speed-up
+seeds and a bootstrap 95% interval (of the mean over seeds; of the median for
+the time to reach), the share of step time spent in real execution and the ideal speed-up
 that share implies, and whether the targets of DESIGN section 6 hold.
 
 `modes=real,wmrl,trl` (config=autoresearch only) adds TRL's `GRPOTrainer` trained
@@ -35,7 +36,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wmrl.bench.harness import ProfileOptions, fmt, run_one, summarize, write_result
+import numpy as np
+
+from wmrl.bench.harness import ProfileOptions, final_interval, fmt, run_one, summarize, write_result
 from wmrl.bench.trl_grpo import run_trl, trl_settings
 from wmrl.config import load_config
 from wmrl.registry import register_benchmark
@@ -195,6 +198,33 @@ def targets(result: dict) -> dict:
     return out
 
 
+def _interval(iv: list | None, spec: str = "{:.3f}") -> str:
+    """` [lo, hi]`; an upper bound of None is a time some resamples never reach (∞)."""
+    if not iv:
+        return ""
+    return f" [{fmt(iv[0], spec)}, {'∞' if iv[1] is None else fmt(iv[1], spec)}]"
+
+
+def held_out_lines(modes: dict) -> list[str]:
+    """Held-out splits before → after training, with the share that ran ok and the domain's own numbers
+    (medians over seeds; the worst seed's change beside them), where the runs recorded them."""
+    cols = [c for c in ("test_id", "test_id_ok", "test_id_parsed", "test_ood", "test_ood_ok", "test_ood_parsed")
+            if any(c in m.get("held_out", {}) for m in modes.values())]
+    if not any(c.endswith(("_ok", "_parsed")) for c in cols):
+        return []
+    lines = ["", "Held-out before → after training (median over seeds; worst seed's change):", "",
+             "| mode | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+    for mode, m in modes.items():
+        cells = []
+        for c in cols:
+            h = m.get("held_out", {}).get(c)
+            changes = [x for x in (h or {}).get("change_per_seed", []) if x is not None]
+            cells.append("—" if h is None else f"{fmt(h['before'])} → {fmt(h['after'])} "
+                         f"({fmt(min(changes) if changes else None, '{:+.3f}')})")
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def table(result: dict) -> str:
     """The Markdown results table (medians over seeds; spread = max - min)."""
     modes = result["modes"]
@@ -204,22 +234,27 @@ def table(result: dict) -> str:
         f"`wmrl bench speedup config={result['config']} profile={result['profile']}`: seeds {result['seeds']}, "
         f"overrides {result['overrides'] or 'none'}",
         "",
-        "| mode | held-out ID: start → final (spread) | held-out OOD | train wall (s) | real execs | real share of step time "
-        "| ideal speed-up | reached real's final | time to it (s) | sooner than real | real execs to it | fewer than real "
+        "| mode | held-out ID: start → final (spread) [95% CI of the mean] | held-out OOD [95% CI] | train wall (s) | real execs "
+        "| real share of step time | ideal speed-up | reached real's final | time to it (s) [95% CI of the median] | sooner than real "
+        "| real execs to it | fewer than real "
         "|" + (" signal vs true (cos) |" if cosine else ""),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if cosine else ""),
     ]
     for mode, m in modes.items():
         lines.append(
-            f"| {mode} | {fmt(m['initial_test_id_median'])} → {fmt(m['final_test_id_median'])} ({fmt(m['final_test_id_spread'])}) "
-            f"| {fmt(m['final_test_ood_median'])} | {fmt(m['wall_median'], '{:.1f}')} "
+            f"| {mode} | {fmt(m['initial_test_id_median'])} → {fmt(m['final_test_id_median'])} ({fmt(m['final_test_id_spread'])})"
+            f"{_interval(m.get('final_test_id_interval', final_interval(m['per_seed'], 'test_id')))} "
+            f"| {fmt(m['final_test_ood_median'])}{_interval(m.get('final_test_ood_interval', final_interval(m['per_seed'], 'test_ood')))} "
+            f"| {fmt(m['wall_median'], '{:.1f}')} "
             f"| {fmt(m['real_executions_median'], '{:.0f}')} | {fmt(m['real_wall_share_median'], '{:.0%}')} "
             f"| {fmt(m.get('ideal_speedup'), '{:.2f}x')} | {m['reached_reference_final']}/{len(m['per_seed'])} "
-            f"| {fmt(m['time_to_reference_final_median'], '{:.1f}')} | {fmt(m.get('speedup_to_reference_final'), '{:.2f}x')} "
+            f"| {fmt(m['time_to_reference_final_median'], '{:.1f}')}{_interval(m.get('time_to_reference_final_interval'), '{:.0f}')} "
+            f"| {fmt(m.get('speedup_to_reference_final'), '{:.2f}x')} "
             f"| {fmt(m.get('real_executions_to_reference_final_median'), '{:.0f}')} "
             f"| {fmt(m.get('fewer_real_executions_to_reference_final'), '{:.2f}x')} |"
             + (f" {fmt(m.get('signal_cosine_median'))} |" if cosine else "")
         )
+    lines += held_out_lines(modes)
     if "trl" in result:
         trl = result["trl"]
         lines += ["", f"TRL {trl['version']} `GRPOTrainer`: " + ", ".join(f"{k}={v}" for k, v in trl["settings"].items())]
@@ -233,8 +268,20 @@ def table(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def evaluation_bands(per_seed: list[dict], split: str, x: str) -> tuple[list[float], ...]:
+    """Per evaluation (the seeds evaluate at the same steps): the median over seeds of `x` and of the held-out
+    reward, and the reward's lowest and highest seed."""
+    curves = [[h for h in run["history"] if h.get(f"eval_{split}") is not None] for run in per_seed]
+    n = min((len(c) for c in curves), default=0)
+    rows = [[c[i] for c in curves] for i in range(n)]
+    rewards = [[h[f"eval_{split}"] for h in r] for r in rows]
+    return ([float(np.median([h.get(x, 0.0) for h in r])) for r in rows], [float(np.median(v)) for v in rewards],
+            [min(v) for v in rewards], [max(v) for v in rewards])
+
+
 def plot(result: dict, path: Path) -> None:
-    """Held-out reward (ID top, OOD bottom) against training wall-clock and real executions, a line per run."""
+    """Held-out reward (ID top, OOD bottom) against training wall-clock and real executions: per mode the median
+    over seeds, the band from the lowest seed to the highest."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -243,12 +290,13 @@ def plot(result: dict, path: Path) -> None:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="row")
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for c, (mode, m) in zip(colors * 2, result["modes"].items()):
-        for i, run in enumerate(m["per_seed"]):
-            for row, split in zip(axes, ("test_id", "test_ood")):
-                pts = [h for h in run["history"] if h.get(f"eval_{split}") is not None]
-                for ax, x in zip(row, ("wall", "real_executions")):
-                    ax.plot([h.get(x, 0.0) for h in pts], [h[f"eval_{split}"] for h in pts], color=c, alpha=0.8,
-                            marker="o", ms=3, label=mode if i == 0 else None)
+        for row, split in zip(axes, ("test_id", "test_ood")):
+            for ax, x in zip(row, ("wall", "real_executions")):
+                xs, mid, lo, hi = evaluation_bands(m["per_seed"], split, x)
+                if not xs:
+                    continue
+                ax.plot(xs, mid, color=c, marker="o", ms=3, label=mode)
+                ax.fill_between(xs, lo, hi, color=c, alpha=0.15, linewidth=0)
     for row, split in zip(axes, ("ID", "OOD")):
         row[0].set_ylabel(f"real held-out {split} reward")
         for ax, x in zip(row, ("training wall-clock (s)", "real training executions")):

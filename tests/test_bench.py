@@ -3,11 +3,13 @@
 import json
 import shutil
 
+import numpy as np
 import pytest
 import yaml
 
 from wmrl.bench import run_benchmark
-from wmrl.bench.harness import IncomparableRuns, RunRecord, same_config, summarize, time_to_reach
+from wmrl.bench.harness import (IncomparableRuns, RunRecord, bootstrap_interval, same_config, summarize,
+                                time_to_reach)
 from wmrl.config import ConfigError, load_config, to_yaml
 
 
@@ -40,6 +42,35 @@ def test_summary_medians_ratio_and_time_to_reach():
     t = targets(out)
     assert t["wmrl_reaches_real_final_4x_sooner"] and t["modes_4x_sooner"] == ["wmrl"]
     assert time_to_reach(runs[0].history, 0.9) is None
+
+
+def test_bootstrap_intervals_cover_the_seeds_mean_and_a_seed_that_never_got_there_is_unbounded():
+    iv = bootstrap_interval([0.2, 0.4, 0.6, 0.8, 1.0])
+    assert 0.2 <= iv[0] < 0.6 < iv[1] <= 1.0
+    assert bootstrap_interval([0.5]) is None and bootstrap_interval([0.3, 0.3]) == [0.3, 0.3]
+    times = bootstrap_interval([10.0, 20.0, None], stat=np.median)
+    assert times[0] == 10.0 and times[1] is None  # resamples with two misses never reach it
+    out = summarize([rec("real", s, final=f) for s, f in enumerate([0.2, 0.5, 0.8])])["modes"]["real"]
+    assert out["final_test_id_interval"][0] < 0.5 < out["final_test_id_interval"][1]
+    assert out["time_to_reference_final_interval"] is not None
+
+
+def test_held_out_columns_are_summarised_before_and_after_with_each_seeds_change():
+    runs = []
+    for seed, (before, after) in enumerate([(0.2, 0.1), (0.3, 0.5), (0.1, 0.4)]):
+        r = rec("wmrl", seed)
+        r.history[0].update(eval_test_ood=before, eval_test_ood_ok=0.5, eval_test_ood_parsed=1.0)
+        r.history[-1].update(eval_test_ood=after, eval_test_ood_ok=0.75, eval_test_ood_parsed=float("nan"))
+        runs.append(r)
+    held = summarize(runs)["modes"]["wmrl"]["held_out"]
+    assert held["test_ood"]["before"] == pytest.approx(0.2) and held["test_ood"]["after"] == pytest.approx(0.4)
+    assert held["test_ood"]["change_per_seed"] == pytest.approx([-0.1, 0.2, 0.3])
+    assert held["test_ood_ok"]["after"] == 0.75 and held["test_ood_parsed"]["change_per_seed"] == [None] * 3
+    assert held["test_id"]["change_per_seed"] == pytest.approx([0.4] * 3)
+    from wmrl.bench.speedup import held_out_lines
+
+    lines = held_out_lines(summarize(runs)["modes"])
+    assert "| wmrl | 0.100 → 0.500 (+0.400) | 0.200 → 0.400 (-0.100) | 0.500 → 0.750 (+0.250) |" in "\n".join(lines)
 
 
 def test_vla_targets_count_simulator_episodes_and_wall_clock_to_real_final():
