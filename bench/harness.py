@@ -110,10 +110,24 @@ def same_config(saved: Path, text: str, config: str) -> bool:
     return True
 
 
-def fresh_run_dir(run_dir: Path, config_text: str) -> None:
+def provenance(cfg) -> str:
+    """The domain's `provenance()` for a run config, as the text a run folder keeps in `provenance.json`."""
+    from wmrl.core.registry import DOMAINS
+
+    return json.dumps(DOMAINS.get(cfg.domain.name)(cfg.domain).provenance(), sort_keys=True)
+
+
+def reusable(run_dir: Path, text: str, config: str, cfg) -> bool:
+    """A stored run of this config (`same_config`) whose unpinned inputs (`provenance`) are the same too."""
+    stamp = run_dir / "provenance.json"
+    return stamp.exists() and stamp.read_text() == provenance(cfg) and same_config(run_dir / "config.yaml", text, config)
+
+
+def fresh_run_dir(run_dir: Path, config_text: str, cfg) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(config_text)  # a self-describing run folder (`wmrl eval-wm` reads it)
+    (run_dir / "provenance.json").write_text(provenance(cfg))
 
 
 def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, seed: int,
@@ -126,14 +140,13 @@ def run_one(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
     """
     cfg = load_config(config, [*overrides, f"trainer.seed={seed}", f"run_dir={run_dir}", "tensorboard=false"])
     run_dir, text = Path(run_dir), to_yaml(cfg)
-    saved = run_dir / "config.yaml"
-    reused = reuse and same_config(saved, text, config)
+    reused = reuse and reusable(run_dir, text, config, cfg)
     if not reused:
-        fresh_run_dir(run_dir, text)
+        fresh_run_dir(run_dir, text, cfg)
     trainer = build_trainer(cfg)
     if reused and trainer.step != cfg.trainer.steps:  # cut short, perhaps before its first checkpoint
         trainer.close()
-        fresh_run_dir(run_dir, text)
+        fresh_run_dir(run_dir, text, cfg)
         trainer = build_trainer(cfg)
     try:
         history = trainer.train()

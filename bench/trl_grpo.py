@@ -82,7 +82,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from wmrl.bench.harness import RunRecord, fresh_run_dir, same_config, task_digest
+from wmrl.bench.harness import RunRecord, fresh_run_dir, reusable, task_digest
 from wmrl.config import RunConfig, load_config, to_yaml
 from wmrl.core.types import SPLITS, Outcome, Task, Transition, Trajectory
 from wmrl.domains.autoresearch.domain import AutoResearchDomain
@@ -344,11 +344,11 @@ def run_trl(config: str, overrides: Sequence[str], run_dir: Path, mode: str, see
                                "tensorboard=false"])
     _check(cfg)
     text, settings = to_yaml(cfg), json.dumps(trl_settings(cfg))
-    saved, record, trl_json = run_dir / "config.yaml", run_dir / "record.json", run_dir / "trl.json"
+    record, trl_json = run_dir / "record.json", run_dir / "trl.json"
     if (reuse and record.exists() and trl_json.exists() and trl_json.read_text() == settings
-            and same_config(saved, text, config)):
+            and reusable(run_dir, text, config, cfg)):
         return RunRecord(**json.loads(record.read_text()))
-    fresh_run_dir(run_dir, text)
+    fresh_run_dir(run_dir, text, cfg)
     trl_json.write_text(settings)
     domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
     if cfg.trainer.groups_per_step > len(domain.tasks("train")):

@@ -61,6 +61,11 @@ class Domain(ABC):
         """Per-episode numbers worth a column in `wmrl eval`'s per-task table (e.g. a parse rate); none by default."""
         return {}
 
+    def provenance(self) -> dict[str, str]:
+        """What the config names without pinning it (a model built on first use, whose build changes with the
+        code): a benchmark reuses a stored run only if this is unchanged too. None by default."""
+        return {}
+
     def report(self, run_dir: Path, cfg: Any) -> list[str]:
         """Markdown lines (and figures written under `run_dir`) this domain adds to a finished run's report,
         given the run's config; none by default."""

@@ -211,6 +211,12 @@ def test_resume_keeps_finished_runs_of_the_same_config_and_reruns_the_rest(tmp_p
     # another config is another run: retrained, not mixed in
     changed = json.loads(run_benchmark("speedup", [*args, "resume=true", "engine.lr=0.01"]).read_text())
     assert changed["modes"]["real"]["per_seed"][0]["wall"] != walls["real"]
+    # so is the same config over another build of what it names without pinning (`Domain.provenance`)
+    real_dir = tmp_path / "runs-m" / "real" / "seed0"
+    (real_dir / "marker").write_text("trained on another build")
+    (real_dir / "provenance.json").write_text('{"agent": "agent-0123"}')
+    run_benchmark("speedup", [*args, "resume=true", "engine.lr=0.01", "modes=real"])
+    assert not (real_dir / "marker").exists() and (real_dir / "provenance.json").read_text() == "{}"
     with pytest.raises(ConfigError, match="option .resume.: Value .maybe. is not a valid bool"):
         run_benchmark("speedup", [*args, "resume=maybe"])
 

@@ -162,6 +162,10 @@ class AutoResearchDomain(Domain):
             n_examples=self.cfg.agent_examples, max_minutes=self.cfg.agent_max_minutes,
         ))
 
+    def provenance(self) -> dict[str, str]:
+        """`agent: default` is a build keyed by the corpus, its code and the training tasks: its cache folder."""
+        return {"agent": Path(self.agent_path()).name} if self.cfg.agent == "default" else {}
+
     def episode_stats(self, trajectory: Trajectory) -> dict[str, float]:
         """`parsed`: the share of the episode's replies that hold a python code block."""
         if not trajectory.actions:
