@@ -140,3 +140,20 @@ def test_a_run_stopped_with_anchors_in_flight_resumes_exactly(tmp_path):
 def test_what_asynchronous_anchors_cannot_do_is_refused_with_the_fix(tmp_path, extra, config, message):
     with pytest.raises(ValueError, match=message):
         build_trainer(_cfg(tmp_path / "run", 2, *extra, config=config))
+
+
+def test_held_out_evaluation_never_runs_beside_anchors_in_flight(tmp_path):
+    trainer = build_trainer(_cfg(tmp_path / "run", 6, "anchors.max_staleness=2", "domain.real_delay_s=0.02"))
+    held_out, seen = trainer.held_out, []
+
+    def checked(split, **kwargs):
+        seen.append([b.future.done() for b in trainer.pipeline.pending if b.future is not None])
+        return held_out(split, **kwargs)
+
+    trainer.held_out = checked
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    assert len(seen) == 3 * 2  # before, at step 3 and at step 6; two splits each
+    assert any(seen) and all(all(done) for done in seen)  # batches were pending at step 3, none executing
