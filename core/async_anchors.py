@@ -118,7 +118,10 @@ class AnchorPipeline:
     def submit(self, batch: AnchorBatch) -> None:
         """Queue `batch` behind those in flight (and any restored ones, which start now)."""
         self.pending.append(batch)
-        for b in self.pending:
+        self._start()
+
+    def _start(self) -> None:
+        for b in self.pending:  # in step order: restored ones first
             if b.future is None:
                 b.future = self._worker.submit(self._execute, b)
 
@@ -130,11 +133,10 @@ class AnchorPipeline:
     def due(self, step: int, *, last: bool) -> list[Landed]:
         """The batches step `step` consumes (those k steps old, every one at the last step), oldest first;
         blocks until they have landed. A batch whose execution raised raises here."""
+        self._start()  # restored batches not sent yet (a step with no anchors of its own)
         take = [b for b in self.pending if last or step - b.step >= self.k]
         out = []
         for b in take:
-            if b.future is None:  # restored and never sent: a step with no anchors of its own
-                b.future = self._worker.submit(self._execute, b)
             t0 = time.perf_counter()
             trajectories, execution_time, fresh = b.future.result()
             out.append(Landed(b, trajectories, execution_time, fresh, time.perf_counter() - t0))

@@ -48,6 +48,7 @@ from wmrl.core.interfaces import Policy, RealEnv
 from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
+from wmrl.core.registry import ESTIMATORS
 from wmrl.core.ranks import current_ranks
 from wmrl.core.replay import StoredReplay, batch_name, eval_key, group_id, train_key
 from wmrl.core.rollout import RolloutTimes, rollout, wm_prediction
@@ -109,9 +110,17 @@ def _check_async(anchors: AnchorConfig, estimator: EstimatorConfig, trainer: Tra
         raise ValueError(f"anchors.max_staleness needs a single-turn domain and {type(domain).__name__} runs "
                          f"{domain.max_turns} turns (a multi-turn episode calls the policy between executions): "
                          "set anchors.max_staleness=null")
-    if anchors.stale_use == "calibrate" and estimator.rectified:
-        raise ValueError("estimator.rectified corrects the world model's gradient with the anchors' real one, and "
-                         "anchors.stale_use=calibrate keeps anchors out of the gradient: use stale_use=train")
+    fixed = ESTIMATORS.get(estimator.mode).fixed_anchor_fraction
+    if fixed == 0.0:
+        raise ValueError(f"estimator.mode={estimator.mode} runs no anchors: set anchors.max_staleness=null")
+    if anchors.stale_use == "calibrate" and (fixed == 1.0 or estimator.rectified):
+        why = (f"estimator.mode={estimator.mode} trains on real grades only" if fixed == 1.0 else
+               "estimator.rectified corrects the world model's gradient with the anchors' real one")
+        raise ValueError(f"{why}, and anchors.stale_use=calibrate keeps anchors out of the gradient: use stale_use=train")
+    if estimator.rectified and k > 0:
+        raise ValueError("estimator.rectified weights each anchor group by its step's anchor fraction, and with "
+                         "anchors.max_staleness > 0 a step mixes groups of several steps: use max_staleness=0 or "
+                         "estimator.rectified=false")
     if anchors.stale_use == "train" and k > 0 and trainer.objective.ratio == "token":
         raise ValueError("trainer.objective.ratio=token takes its old log-probs from the policy just before the "
                          "update, so a late anchor group would get no importance correction: use ratio=sequence "
@@ -189,7 +198,8 @@ class Trainer:
         self.history: list[dict] = []  # evaluation rows
         self.real_wall = 0.0  # cumulative wall-clock of real execution, survives resume
         self.wall = 0.0
-        self.real_executions = 0  # real training episodes consumed (eval episodes not counted)
+        #: real training episodes bought (eval episodes not counted); asynchronous anchors count when sent
+        self.real_executions = 0
         self.world_model: WorldModelRuntime | None = None
         if not self.ranks.leader:  # a learner rank: no environment, world model, store or metrics of its own
             self.env = self.store = self.archive = self.metrics = None  # type: ignore[assignment]
@@ -234,6 +244,7 @@ class Trainer:
             "real_executions": self.real_executions,
             "run_id": self.run_id,
             "anchors_in_flight": self.pipeline.state_dict() if self.pipeline is not None else [],
+            "anchors_lag": [self.anchor_cfg.max_staleness, self.anchor_cfg.stale_use],
         }
 
     def _resume(self, tag: str | None = None) -> None:
@@ -254,10 +265,12 @@ class Trainer:
         self.real_wall, self.wall = float(state["real_wall"]), float(state["wall"])
         self.real_executions = int(state["real_executions"])
         in_flight = state.get("anchors_in_flight", [])
+        lag = state.get("anchors_lag", [None, "train"])  # checkpoints from before asynchronous anchors: synchronous
+        if list(lag) != [self.anchor_cfg.max_staleness, self.anchor_cfg.stale_use] and (in_flight or lag[0]):
+            raise ValueError(f"the checkpoint of {self.dir} ran with anchors.max_staleness={lag[0]}, "
+                             f"anchors.stale_use={lag[1]}: resume with the anchors.max_staleness it ran with (and "
+                             "that stale_use); another lag would use its anchors twice or never")
         if in_flight and self.ranks.leader:
-            if self.pipeline is None:
-                raise ValueError(f"the checkpoint of {self.dir} holds {len(in_flight)} anchor batches still to be used "
-                                 "(asynchronous anchors): resume with the anchors.max_staleness it ran with")
             tasks = {t.id: t for t in self.train_tasks}
             for batch in in_flight:  # sent again with the next step's; the store plays back what had finished
                 self.pipeline.restore(AnchorBatch.from_state(batch, tasks))
@@ -391,7 +404,7 @@ class Trainer:
         G, calibrate = self.cfg.group_size, self.anchor_cfg.stale_use == "calibrate"
         anchors = [g for g in groups if g.anchor]
         t0 = time.perf_counter()
-        self._sample_anchors(step, anchors)
+        bought = self._sample_anchors(step, anchors)
         generation = time.perf_counter() - t0
         wm_time = 0.0
         if calibrate:  # this step's anchors train now, on the world model's grade of replies not yet run
@@ -418,9 +431,9 @@ class Trainer:
             mine = {g.id for g in groups}
             out = [g for gid, g in late.items() if gid not in mine]
             out += [late.get(g.id, g) for g in groups if g.trajectories or g.id in late]
-        consumed = [k for arrived in landed for k in arrived.batch.keys]
         times = {
-            "real_executions": float(len(consumed)),
+            # bought this step (counted when sent: an evaluation after `settle` has them all executed)
+            "real_executions": float(bought),
             "real_executed_fresh": float(sum(a.fresh for a in landed)),
             "time_generation": generation + wm_times.generation,
             "time_wm": wm_time + wm_times.scorer,
@@ -431,14 +444,20 @@ class Trainer:
         }
         return out, times
 
-    def _sample_anchors(self, step: int, anchors: list[Group]) -> None:
+    def _sample_anchors(self, step: int, anchors: list[Group]) -> int:
         """Sample the anchor groups' replies on this thread (the step's policy and generator) and send them to
-        the worker; each group keeps its episodes as sampled (not yet run)."""
+        the worker; each group keeps its episodes as sampled (not yet run). Returns the executions sent: none
+        when the environment cannot open the episodes (the groups are then left without episodes, as a
+        synchronous step's reset failure leaves them without grades)."""
         if not anchors:
-            return
+            return 0
         G = self.cfg.group_size
         tasks = [g.task for g in anchors for _ in range(G)]
-        obs = list(self.env.reset(tasks))
+        try:
+            obs = list(self.env.reset(tasks))
+        except Exception as exc:  # the scorer failed: not the run's failure
+            log.warning("step %d: real reset failed: %r; its %d anchor groups are not run", step, exc, len(anchors))
+            return 0
         self.actor.reset(tasks)
         with torch.no_grad():
             actions, log_probs = self.actor.act(obs, generator=self.generator)
@@ -448,6 +467,7 @@ class Trainer:
         self.pipeline.submit(AnchorBatch(step, [g.id for g in anchors], tasks,
                                          [train_key(g.id, m) for g in anchors for m in range(G)], list(actions),
                                          [float(x) for x in log_probs]))
+        return len(tasks)
 
     def _execute_anchors(self, batch: AnchorBatch) -> tuple[list[Trajectory], float, int]:
         """The worker's job: run a batch's recorded replies in the anchor environment, each committed as it ends."""

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import collections
 import re
 import signal
 
@@ -56,6 +57,7 @@ def test_with_no_lag_asynchronous_anchors_are_the_synchronous_loop_exactly(tmp_p
     assert _stored(tmp_path / "async") == _stored(tmp_path / "sync")
     rows_sync = read_jsonl(tmp_path / "sync" / "metrics.jsonl")
     rows_async = read_jsonl(tmp_path / "async" / "metrics.jsonl")
+    assert len(rows_async) == len(rows_sync) == 6
     for a, b in zip(rows_sync, rows_async):
         extra = {"anchor_staleness", "anchor_batches_in_flight"}  # what only the asynchronous loop reports
         assert {k: v for k, v in _signal(b).items() if k not in extra} == _signal(a)
@@ -106,27 +108,37 @@ def test_under_stale_use_calibrate_late_groups_only_calibrate_and_every_group_tr
     assert len(_stored(tmp_path / "run")[1]) == 5 * 2 * 4
 
 
-def test_a_run_stopped_with_anchors_in_flight_resumes_exactly(tmp_path):
-    straight = _train(_cfg(tmp_path / "a", 7, "anchors.max_staleness=2"))
+def test_a_run_stopped_with_anchors_in_flight_resumes_exactly_and_runs_each_once(tmp_path):
+    """Each batch takes a while (real_delay_s): the one still queued at the stop is dropped by `close` and runs,
+    once, after the resume; the one that had finished is played back from the store."""
+
+    def cfg(run, *extra):
+        return _cfg(tmp_path / run, 7, "anchors.max_staleness=2", "domain.real_delay_s=0.05",
+                    f"domain.ledger={tmp_path / run}.ledger", *extra)
+
+    straight = _train(cfg("a"))
 
     def stop_after_step_4(step, groups, est):
         if step == 4:
             signal.raise_signal(signal.SIGTERM)  # the loop stops after this step, at a checkpoint
         return {}
 
-    trainer = build_trainer(_cfg(tmp_path / "b", 7, "anchors.max_staleness=2"))
+    trainer = build_trainer(cfg("b"))
     trainer.observers.append(stop_after_step_4)
     with pytest.raises(Interrupted):
         trainer.train()
     in_flight = [b.step for b in trainer.pipeline.pending]
     trainer.close()
     assert in_flight == [3, 4]
-    with pytest.raises(ValueError, match="resume with the anchors.max_staleness it ran with"):
-        build_trainer(_cfg(tmp_path / "b", 7))
-    resumed = _train(_cfg(tmp_path / "b", 7, "anchors.max_staleness=2"))
+    for other in ("anchors.max_staleness=null", "anchors.max_staleness=1", "anchors.stale_use=calibrate"):
+        with pytest.raises(ValueError, match="resume with the anchors.max_staleness it ran with"):
+            build_trainer(cfg("b", other))
+    resumed = _train(cfg("b"))
     assert all(torch.equal(a, b) for a, b in zip(straight[0], resumed[0]))
     assert resumed[1] == straight[1]
     assert _stored(tmp_path / "b") == _stored(tmp_path / "a")
+    ran = [collections.Counter((tmp_path / f"{run}.ledger").read_text().splitlines()) for run in ("a", "b")]
+    assert ran[1] == ran[0]  # the same executions, each paid for once
 
 
 @pytest.mark.parametrize("extra, config, message", [
@@ -135,6 +147,10 @@ def test_a_run_stopped_with_anchors_in_flight_resumes_exactly(tmp_path):
      "use stale_use=train"),
     (["anchors.max_staleness=1", "trainer.objective.ratio=token"], "synthetic-program", "no importance correction"),
     (["anchors.max_staleness=-1"], "synthetic-program", "anchors.max_staleness must be an integer >= 0"),
+    (["anchors.max_staleness=1", "estimator.mode=wm"], "synthetic-program", "runs no anchors"),
+    (["anchors.max_staleness=1", "anchors.stale_use=calibrate", "estimator.mode=real"], "synthetic-program",
+     "trains on real grades only"),
+    (["anchors.max_staleness=1", "estimator.rectified=true"], "synthetic-program", "a step mixes groups"),
     (["anchors.max_staleness=1", "anchors.stale_use=later"], "synthetic-program", "anchors.stale_use must be one of"),
 ])
 def test_what_asynchronous_anchors_cannot_do_is_refused_with_the_fix(tmp_path, extra, config, message):
