@@ -224,14 +224,14 @@ def final_interval(per_seed: Sequence[dict], split: str) -> list[float | None] |
     return bootstrap_interval([r["final"].get(f"eval_{split}") for r in per_seed])
 
 
-def held_out_change(runs: Sequence[RunRecord]) -> dict:
+def held_out_change(histories: Sequence[list[dict]]) -> dict:
     """Per held-out column (`test_id` reward, `test_ood_ok`, `test_ood_parsed`, ...): the median over seeds
     before training and after it, and each seed's change (after - before), so a fall is read per seed."""
     out: dict = {}
     for split in ("test_id", "test_ood"):
-        cols = sorted({k for r in runs for k in r.history[0] if k == f"eval_{split}" or k.startswith(f"eval_{split}_")})
+        cols = sorted({k for h in histories for k in h[0] if k == f"eval_{split}" or k.startswith(f"eval_{split}_")})
         for col in cols:
-            pairs = [(r.history[0].get(col), r.history[-1].get(col)) for r in runs]
+            pairs = [(h[0].get(col), h[-1].get(col)) for h in histories]
             out[col[len("eval_"):]] = {
                 "before": _median([b for b, _ in pairs]), "after": _median([a for _, a in pairs]),
                 "change_per_seed": [None if a is None or b is None or not math.isfinite(a - b) else a - b
@@ -265,7 +265,7 @@ def summarize(runs: Sequence[RunRecord], reference: str = "real") -> dict:
             "reached_reference_final": sum(x is not None for x in reach),
             "real_executions_to_reference_final_median": _median([x for x in spent if x is not None])
             if any(x is not None for x in spent) else None,
-            "held_out": held_out_change(rs),
+            "held_out": held_out_change([r.history for r in rs]),
             "time_to_reference_final_interval": bootstrap_interval(reach, stat=np.median) if reach else None,
             "per_seed": [{"seed": r.seed, "final": r.history[-1], "history": r.history, "wall": r.wall,
                           "real_executions": r.real_executions, "signal_cosine": r.signal_cosine} for r in rs],

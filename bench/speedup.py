@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wmrl.bench.harness import ProfileOptions, final_interval, fmt, run_one, summarize, write_result
+from wmrl.bench.harness import (ProfileOptions, final_interval, fmt, held_out_change, run_one, summarize,
+                                write_result)
 from wmrl.bench.trl_grpo import run_trl, trl_settings
 from wmrl.config import load_config
 from wmrl.registry import register_benchmark
@@ -208,8 +209,10 @@ def _interval(iv: list | None, spec: str = "{:.3f}") -> str:
 def held_out_lines(modes: dict) -> list[str]:
     """Held-out splits before → after training, with the share that ran ok and the domain's own numbers
     (medians over seeds; the worst seed's change beside them), where the runs recorded them."""
+    held = {mode: m.get("held_out") or held_out_change([r["history"] for r in m["per_seed"]])
+            for mode, m in modes.items()}  # JSON written before the summary had it: from the histories
     cols = [c for c in ("test_id", "test_id_ok", "test_id_parsed", "test_ood", "test_ood_ok", "test_ood_parsed")
-            if any(c in m.get("held_out", {}) for m in modes.values())]
+            if any(c in h for h in held.values())]
     if not any(c.endswith(("_ok", "_parsed")) for c in cols):
         return []
     lines = ["", "Held-out before → after training (median over seeds; worst seed's change):", "",
@@ -217,7 +220,7 @@ def held_out_lines(modes: dict) -> list[str]:
     for mode, m in modes.items():
         cells = []
         for c in cols:
-            h = m.get("held_out", {}).get(c)
+            h = held[mode].get(c)
             changes = [x for x in (h or {}).get("change_per_seed", []) if x is not None]
             cells.append("—" if h is None else f"{fmt(h['before'])} → {fmt(h['after'])} "
                          f"({fmt(min(changes) if changes else None, '{:+.3f}')})")
