@@ -35,6 +35,7 @@ from wmrl.domains.autoresearch.corpus import (
     synthetic_task,
 )
 from wmrl.domains.autoresearch.policy import CodeAgentPolicy
+from wmrl.domains.autoresearch.tasks import render_description
 
 from conftest import BUILD, TASKS, TEST_CONFIG  # noqa: E402 - the session's agent is built from them
 
@@ -310,9 +311,12 @@ def test_sampled_replies_parse(policy):
 UNSEEN = [  # descriptions the agent never trained on (new wording, targets, metrics)
     "Task: loan-default. Will a customer default on a loan, given 12 account features?\n"
     "Target column: default. Metric: accuracy.\nWrite submission.csv with one column `prediction`.",
-    "# Task: house-prices\n\nEstimate the sale price of a house from 8 numeric features.\n\n"
-    "- Problem: regression, tabular data.\n- Target: `price`.\n- Metric: `rmse`.\n\n## Submission\n\n"
-    "- `prediction`: the predicted value of `price`.",
+    # in the suite's own format, as every regression task the agent meets is described
+    render_description(title="house-prices", blurb="Estimate the sale price of a house from 8 numeric features.",
+                       metric="rmse", budget_s=60, task_type="regression", n_train=1600, n_test=400,
+                       feature_columns=["rooms", "area", "age", "distance", "income", "lat", "lon", "floors"],
+                       feature_dtypes=["int64", "float64", "int64"] + ["float64"] * 5, target_columns=["price"],
+                       target_dtype="float64", classes=None, submission_columns=["prediction"]),
     "Task: sensor-fault. Classify the fault type (4 classes) of a machine from vibration statistics.\n"
     "Target column: fault. Metric: log_loss.\nWrite submission.csv with columns p_0, p_1, p_2, p_3.",
 ]
