@@ -88,6 +88,8 @@ results: $(STAMP)
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch out=$(R)/speedup-autoresearch-full.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=real,wmrl,trl \
 	  out=$(R)/speedup-autoresearch-trl-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=real,wmrl,wmrl-async,wmrl-async-calibrate \
+	  out=$(R)/speedup-autoresearch-async.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=vla out=$(R)/speedup-vla-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-program out=$(R)/estimators-synthetic-program-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-control out=$(R)/estimators-synthetic-control-full.json

@@ -29,6 +29,8 @@ SECTIONS = (
     ("speedup-autoresearch-full.json", "speedup", "WMRL vs standard RL: AutoResearch (embedded agent), the whole ladder"),
     ("speedup-autoresearch-trl-full.json", "speedup",
      "WMRL vs TRL's GRPOTrainer on the same AutoResearch tasks, reward and evaluator (how they differ: docs/method.md)"),
+    ("speedup-autoresearch-async.json", "speedup",
+     "Asynchronous anchors on AutoResearch: used one step late, to train (off-policy) or to calibrate only"),
     ("speedup-vla-full.json", "speedup",
      "WMRL vs simulator GRPO and the seed's progress fusion: VLA on robosuite lift (real executions = simulator episodes)"),
     ("estimators-synthetic-program-full.json", "estimators",

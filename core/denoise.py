@@ -77,7 +77,8 @@ class InverseVarianceDenoiser:
         self.cfg = cfg or DenoiseConfig()
         self.cfg.validate()
         self._alpha = 1.0 - 0.5 ** (1.0 / self.cfg.half_life)
-        self.ema: float | None = None
+        self._sum = 0.0  # decayed sum of alpha * s^2
+        self._mass = 0.0  # decayed sum of alpha: the weights' total, 1 - (1 - alpha)^groups
         self.groups_seen = 0
         self.scale: float | None = None  # c; None until frozen after warm-up
 
@@ -86,11 +87,17 @@ class InverseVarianceDenoiser:
         s2 = disagreement(calibrated, real)
         if s2 is None:
             return None
-        self.ema = s2 if self.ema is None else (1 - self._alpha) * self.ema + self._alpha * s2
+        self._sum = (1 - self._alpha) * self._sum + self._alpha * s2
+        self._mass = (1 - self._alpha) * self._mass + self._alpha
         self.groups_seen += 1
         if self.scale is None and self.groups_seen >= self.cfg.warmup and self.ema >= self.cfg.min_disagreement:
             self.scale = (self.cfg.target_weight - 1.0) / self.ema
         return s2
+
+    @property
+    def ema(self) -> float | None:
+        """The smoothed s^2: the exponentially weighted mean of the groups seen (None before the first)."""
+        return self._sum / self._mass if self._mass > 0 else None
 
     @property
     def weight(self) -> float:
@@ -111,7 +118,12 @@ class InverseVarianceDenoiser:
         return np.clip((1.0 + k) / (1.0 + k * v / mean_v), 1.0 / self.cfg.w_max, self.cfg.w_max)
 
     def state_dict(self) -> dict:
-        return {"ema": self.ema, "groups_seen": self.groups_seen, "scale": self.scale}
+        return {"sum": self._sum, "mass": self._mass, "groups_seen": self.groups_seen, "scale": self.scale}
 
     def load_state_dict(self, state: dict) -> None:
-        self.ema, self.groups_seen, self.scale = state["ema"], int(state["groups_seen"]), state["scale"]
+        self.groups_seen, self.scale = int(state["groups_seen"]), state["scale"]
+        if "mass" in state:
+            self._sum, self._mass = float(state["sum"]), float(state["mass"])
+        else:  # a checkpoint from before the weighted mean: its EMA, at the mass its group count gives
+            self._mass = 1.0 - (1.0 - self._alpha) ** self.groups_seen
+            self._sum = (state["ema"] or 0.0) * self._mass

@@ -33,6 +33,7 @@ from wmrl.domains.autoresearch.corpus import (
     generate_script,
     script_family,
     synthetic_task,
+    task_comment,
 )
 from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 from wmrl.domains.autoresearch.tasks import render_description
@@ -116,6 +117,17 @@ def test_scripts_parse_are_deterministic_and_diverse():
     lengths = [s.count("\n") for s in scripts]
     assert 12 <= min(lengths) and max(lengths) <= 40
     assert all('"submission.csv"' in s and 'pd.read_csv("train.csv")' in s for s in scripts)
+    # the first line restates the kind of task and the metric; each import sits right before its first use
+    for i, script in enumerate(scripts):
+        spec, lines = SPECS[i % len(SPECS)], script.splitlines()
+        assert lines[0] == task_comment(spec) and lines[0].startswith("# ")
+        assert ("regression" in lines[0]) == spec.regression and ("multi-output" in lines[0]) == spec.multi
+        for j, line in enumerate(lines):
+            if line.startswith(("import ", "from ")):
+                names = [line.split(" as ")[-1] + "."] if line.startswith("import ") else \
+                    [n.strip() for n in line.split(" import ")[1].split(",")]
+                code = [x for x in lines[j + 1:] if not x.startswith(("import ", "from "))]
+                assert any(n in code[0] for n in names), (line, code[0], script)
     # preprocessing and validation vary too
     for marker in ("StandardScaler", "MinMaxScaler", "PCA(", "SelectKBest(", "train_test_split(", "cross_val_score("):
         assert sum(marker in s for s in scripts) >= 10, marker

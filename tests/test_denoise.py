@@ -50,13 +50,39 @@ def test_disagreement_is_zero_for_a_shifted_copy_and_scale_free():
     assert disagreement(noisy, s) == pytest.approx(disagreement(10 * noisy, 10 * s))
 
 
-def test_ema_half_life():
+def test_ema_is_a_weighted_mean_with_the_half_life():
     den = InverseVarianceDenoiser(DenoiseConfig(half_life=2.0, warmup=100))
     s = np.array([0.0, 1.0])
     den.observe(np.array([0.0, 1.0]), s)  # s2 = 0
     assert den.ema == 0.0
     den.observe(np.array([1.0, 0.0]), s)  # s2 = 4
-    assert den.ema == pytest.approx(4.0 * (1 - 0.5**0.5))
+    older = 0.5 ** (1 / 2.0)  # one group older, half-life 2 groups
+    assert den.ema == pytest.approx((older * 0.0 + 1.0 * 4.0) / (older + 1.0))
+
+
+@pytest.mark.parametrize("first", [0.03, 3.0])
+def test_the_frozen_scale_comes_from_the_warm_up_groups_not_the_first_one(first):
+    """AutoResearch: a first group far from the level (0.03 or 3 against ~0.6) once set the scale almost alone,
+    pinning w at w_max or sinking it towards 1 for the rest of the run although the disagreement held steady."""
+    rng = np.random.default_rng(1)
+    cfg = DenoiseConfig(half_life=16, warmup=8, target_weight=2.0, w_max=4.0)
+    den = InverseVarianceDenoiser(cfg)
+    real = np.array([0.0, 1.0, 0.0, 1.0])  # Var = 0.25; a residual e*(1, -1, -1, 1) gives s2 = 4 e^2
+    levels = [first] + list(rng.uniform(0.4, 0.8, size=59))  # steady around 0.6 after the first group
+    for s2 in levels:
+        den.observe(real + np.sqrt(s2 / 4) * np.array([1, -1, -1, 1]), real)
+    assert den.scale is not None
+    assert 1.5 < den.weight < 2.6  # near the target: the disagreement did not move
+
+
+def test_a_checkpoint_of_the_old_ema_loads_to_the_same_smoothed_value():
+    den = InverseVarianceDenoiser(DenoiseConfig(half_life=4.0, warmup=2))
+    den.load_state_dict({"ema": 0.5, "groups_seen": 10, "scale": 2.0})
+    assert den.ema == pytest.approx(0.5) and den.weight == pytest.approx(2.0)
+    state = den.state_dict()
+    fresh = InverseVarianceDenoiser(DenoiseConfig(half_life=4.0, warmup=2))
+    fresh.load_state_dict(state)
+    assert fresh.ema == den.ema and fresh.scale == den.scale
 
 
 def test_per_trajectory_weights_follow_predicted_variance():
