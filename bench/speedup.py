@@ -103,7 +103,8 @@ PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
     "autoresearch": {
         "quick": (1, ("real", "wm", "wmrl"), _AR_QUICK),
         # evaluations every 5 steps: the time to reach real's final is read off them
-        "full": (3, GENERIC, ["trainer.steps=20", "trainer.eval_every=5"]),
+        # the async modes have a file of their own (speedup-autoresearch-async.json, Makefile)
+        "full": (3, MULTI_TURN, ["trainer.steps=20", "trainer.eval_every=5"]),
     },
 }
 

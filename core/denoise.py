@@ -10,8 +10,13 @@ debiaser) so that bias the debiaser already removed is not counted as noise:
     s^2 = mean_i[((d_i - mean d) - (s_i - mean s))^2] / Var(s)
 
 with d the calibrated WM score and s the real score; groups whose real scores
-are all equal carry no information and are skipped. s^2 is smoothed by an EMA
-with a half-life counted in groups. The fusion then amounts to multiplying the
+are all equal carry no information and are skipped. s^2 is smoothed by an
+exponentially weighted mean with a half-life counted in groups, whose weights
+sum to one from the first group on (a zero-started EMA divided by its mass):
+when the scale freezes it is close to the plain mean of the warm-up groups. (An
+EMA started at the first group's value gave that one group most of the weight
+at the freeze; on AutoResearch a first s^2 of 0.03 against a level near 0.6
+pinned w at `w_max` for the whole run.) The fusion then amounts to multiplying the
 anchor advantages by w = clip(1 + c*s^2, 1, w_max). The scale c is set once,
 after `warmup` groups, so that w = `target_weight` at that moment, and frozen:
 from then on w follows how the disagreement moves, not the reward's units. A

@@ -220,8 +220,7 @@ class Trainer:
         self.train_tasks = domain.tasks("train")
         if not self.train_tasks:
             raise ValueError(f"domain {type(domain).__name__} has no train tasks")
-        if anchors.max_staleness is not None:
-            self.anchor_env = domain.make_real_env()
+        if anchors.max_staleness is not None:  # its environment opens when training starts (`train`)
             self.pipeline = AnchorPipeline(self._execute_anchors, anchors.max_staleness)
         #: diagnostics that look at every step, outside the wall (`core/observers.py`)
         self.observers = [OracleObserver(domain, estimator.advantage)]
@@ -471,6 +470,7 @@ class Trainer:
 
     def _execute_anchors(self, batch: AnchorBatch) -> tuple[list[Trajectory], float, int]:
         """The worker's job: run a batch's recorded replies in the anchor environment, each committed as it ends."""
+        assert self.anchor_env is not None, "the anchor environment opens in train(), before any batch is sent"
         trajs, times, fresh = self._real(batch.tasks, batch.keys, batch.step, None,
                                          policy=RecordedReplies(batch.actions, batch.log_probs), env=self.anchor_env)
         return trajs, times.scorer, fresh
@@ -632,6 +632,8 @@ class Trainer:
         """
         from tqdm.auto import tqdm
 
+        if self.pipeline is not None and self.anchor_env is None:  # not at build: `wmrl eval` needs one pool only
+            self.anchor_env = self.domain.make_real_env()
         bar = tqdm(total=self.cfg.steps, initial=self.step, disable=not (progress and self.ranks.leader),
                    desc="wmrl train", unit="step")
         try:

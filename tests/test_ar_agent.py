@@ -128,6 +128,7 @@ def test_scripts_parse_are_deterministic_and_diverse():
                     [n.strip() for n in line.split(" import ")[1].split(",")]
                 code = [x for x in lines[j + 1:] if not x.startswith(("import ", "from "))]
                 assert any(n in code[0] for n in names), (line, code[0], script)
+                assert not any(n in x for x in lines[:j] if not x.startswith("#") for n in names), (line, script)
     # preprocessing and validation vary too
     for marker in ("StandardScaler", "MinMaxScaler", "PCA(", "SelectKBest(", "train_test_split(", "cross_val_score("):
         assert sum(marker in s for s in scripts) >= 10, marker

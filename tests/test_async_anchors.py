@@ -173,3 +173,14 @@ def test_held_out_evaluation_never_runs_beside_anchors_in_flight(tmp_path):
         trainer.close()
     assert len(seen) == 3 * 2  # before, at step 3 and at step 6; two splits each
     assert any(seen) and all(all(done) for done in seen)  # batches were pending at step 3, none executing
+
+
+def test_the_anchor_environment_opens_with_the_first_step_and_not_for_an_evaluation(tmp_path):
+    trainer = build_trainer(_cfg(tmp_path / "run", 2, "anchors.max_staleness=1"))
+    try:
+        trainer.held_out("test_id")
+        assert trainer.anchor_env is None  # what `wmrl eval` builds: one real environment, not two
+        trainer.train()
+        assert trainer.anchor_env is not None
+    finally:
+        trainer.close()

@@ -60,12 +60,13 @@ def test_ema_is_a_weighted_mean_with_the_half_life():
     assert den.ema == pytest.approx((older * 0.0 + 1.0 * 4.0) / (older + 1.0))
 
 
+@pytest.mark.parametrize("warmup", [4, 8])  # 4: configs/autoresearch.yaml
 @pytest.mark.parametrize("first", [0.03, 3.0])
-def test_the_frozen_scale_comes_from_the_warm_up_groups_not_the_first_one(first):
+def test_the_frozen_scale_comes_from_the_warm_up_groups_not_the_first_one(first, warmup):
     """AutoResearch: a first group far from the level (0.03 or 3 against ~0.6) once set the scale almost alone,
     pinning w at w_max or sinking it towards 1 for the rest of the run although the disagreement held steady."""
     rng = np.random.default_rng(1)
-    cfg = DenoiseConfig(half_life=16, warmup=8, target_weight=2.0, w_max=4.0)
+    cfg = DenoiseConfig(half_life=16, warmup=warmup, target_weight=2.0, w_max=4.0)
     den = InverseVarianceDenoiser(cfg)
     real = np.array([0.0, 1.0, 0.0, 1.0])  # Var = 0.25; a residual e*(1, -1, -1, 1) gives s2 = 4 e^2
     levels = [first] + list(rng.uniform(0.4, 0.8, size=59))  # steady around 0.6 after the first group

@@ -391,7 +391,7 @@ def generate_script(spec: TaskSpec, rng: np.random.Generator) -> str:
     else:
         lines.append(f'{frame}.to_csv("submission.csv", index=False)')
 
-    if any("np." in line for line in lines):
+    if any(re.search(r"\bnp\.", line) for line in lines if not line.startswith("#")):
         imports.add("import numpy as np")
     return "\n".join(_imports_where_used(imports, lines)) + "\n"
 
@@ -422,13 +422,13 @@ def _imports_where_used(imports: set[str], lines: list[str]) -> list[str]:
             return [imp.split(" as ")[-1].strip() + "."]
         return [n.strip() for n in imp.split(" import ")[1].split(",")]
 
-    def first_use(imp: str) -> int:
+    def first_use(imp: str) -> int | None:
         pattern = "|".join(rf"\b{re.escape(n)}" for n in names(imp))
-        return next(i for i, line in enumerate(lines) if not line.startswith("#") and re.search(pattern, line))
+        return next((i for i, line in enumerate(lines) if not line.startswith("#") and re.search(pattern, line)), None)
 
-    at: dict[int, list[str]] = {}
+    at: dict[int | None, list[str]] = {}
     for imp in imports:
-        at.setdefault(first_use(imp), []).append(imp)
+        at.setdefault(first_use(imp), []).append(imp)  # None: never used, never written
     out: list[str] = []
     for i, line in enumerate(lines):
         here = at.get(i, [])
