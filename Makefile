@@ -90,6 +90,8 @@ results: $(STAMP)
 	  out=$(R)/speedup-autoresearch-trl-full.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=real,wmrl,wmrl-async,wmrl-async-calibrate \
 	  out=$(R)/speedup-autoresearch-async.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl,wmrl-async,wmrl-kl \
+	  out=$(R)/speedup-autoresearch-async-kl.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=vla out=$(R)/speedup-vla-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-program out=$(R)/estimators-synthetic-program-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-control out=$(R)/estimators-synthetic-control-full.json

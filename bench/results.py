@@ -30,7 +30,10 @@ SECTIONS = (
     ("speedup-autoresearch-trl-full.json", "speedup",
      "WMRL vs TRL's GRPOTrainer on the same AutoResearch tasks, reward and evaluator (how they differ: docs/method.md)"),
     ("speedup-autoresearch-async.json", "speedup",
-     "Asynchronous anchors on AutoResearch: used one step late, to train (off-policy) or to calibrate only"),
+     "Asynchronous anchors on AutoResearch, v5 agent (real and sync wmrl reused from another day: their walls are "
+     "not comparable, docs/method.md)"),
+    ("speedup-autoresearch-async-kl.json", "speedup",
+     "AutoResearch, v6 agent: sync, async and a KL to the step-0 policy in one invocation (2 seeds so far)"),
     ("speedup-vla-full.json", "speedup",
      "WMRL vs simulator GRPO and the seed's progress fusion: VLA on robosuite lift (real executions = simulator episodes)"),
     ("estimators-synthetic-program-full.json", "estimators",
