@@ -80,12 +80,23 @@ R := bench/results
 # make results RESUME=true: keep the finished runs of a make results that was cut short
 RESUME ?= false
 AR_REAL := $(R)/runs-speedup-autoresearch-full/real
+# the protocol's learning-rate grids (bench/tuning.py): widened where a mode's choice sat at the edge
+PROGRAM_LRS := 0.01,0.03,0.1,0.3
+CONTROL_LRS := 0.001,0.003,0.01,0.03,0.1
+# AutoResearch: 2 tuning seeds per mode and rate (a real run takes 5-15 minutes here)
+AR_LRS := 0.0003,0.001,0.003
+CENTRED_MODES := real,wmrl-none,wmrl-denoise,wmrl-debias,wmrl,wmrl-adaptive
 results: $(STAMP)
-	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-program out=$(R)/speedup-synthetic-program-full.json
-	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-control out=$(R)/speedup-synthetic-control-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-program lrs=$(PROGRAM_LRS) \
+	  out=$(R)/speedup-synthetic-program-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-control lrs=$(CONTROL_LRS) \
+	  out=$(R)/speedup-synthetic-control-full.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-program estimator.advantage.standardize=false \
-	  out=$(R)/speedup-synthetic-program-centred-full.json
-	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch out=$(R)/speedup-autoresearch-full.json
+	  modes=$(CENTRED_MODES) lrs=$(PROGRAM_LRS) out=$(R)/speedup-synthetic-program-centred-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=synthetic-control estimator.advantage.standardize=false \
+	  modes=$(CENTRED_MODES) lrs=$(CONTROL_LRS) out=$(R)/speedup-synthetic-control-centred-full.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch lrs=$(AR_LRS) tune_seeds=2 \
+	  out=$(R)/speedup-autoresearch-full.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=real,wmrl,trl \
 	  out=$(R)/speedup-autoresearch-trl-full.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=real,wmrl,wmrl-async,wmrl-async-calibrate \

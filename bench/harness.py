@@ -224,6 +224,23 @@ def final_interval(per_seed: Sequence[dict], split: str) -> list[float | None] |
     return bootstrap_interval([r["final"].get(f"eval_{split}") for r in per_seed])
 
 
+def plateau(per_seed: Sequence[dict], split: str = "test_id", tail: float = 0.25) -> dict:
+    """Whether a mode's held-out reward was still rising when its runs ended: per seed the gain over the last
+    `tail` of training (final evaluation minus the last one at or before step (1 - tail) x steps), and the 95%
+    interval of the mean gain. `plateaued` is True when that interval reaches down to 0 (no rise the seeds can
+    tell from noise), None with fewer than two seeds or evaluations."""
+    gains = []
+    for run in per_seed:
+        curve = [(h["step"], h[f"eval_{split}"]) for h in run["history"] if h.get(f"eval_{split}") is not None]
+        if len(curve) < 2:
+            continue
+        cut = (1.0 - tail) * curve[-1][0]
+        gains.append(curve[-1][1] - [v for step, v in curve if step <= cut][-1])
+    interval = bootstrap_interval(gains)
+    return {"split": split, "tail": tail, "gain_per_seed": gains, "gain_interval": interval,
+            "plateaued": None if interval is None else bool(interval[0] <= 0.0)}
+
+
 def held_out_change(histories: Sequence[list[dict]]) -> dict:
     """Per held-out column (`test_id` reward, `test_ood_ok`, `test_ood_parsed`, ...): the median over seeds
     before training and after it, and each seed's change (after - before), so a fall is read per seed."""

@@ -10,6 +10,14 @@ seeds and a bootstrap 95% interval (of the mean over seeds; of the median for
 the time to reach), the share of step time spent in real execution and the ideal speed-up
 that share implies, and whether the targets of DESIGN section 6 hold.
 
+`lrs=a,b,c` runs the fair protocol (`bench/tuning.py`): every mode first
+trains at every learning rate of that one grid on `tune_seeds` tuning seeds
+and is evaluated on the `validation` split only; each mode's final runs then
+use the rate it scored best with. The JSON and the table say which rate each
+mode got and whether it sits at the grid's edge, whether `real` had
+plateaued (its gain over the last quarter of training, with a 95% interval),
+and how many evaluation episodes each final reward rests on.
+
 `modes=real,wmrl,trl` (config=autoresearch only) adds TRL's `GRPOTrainer` trained
 on the `real` mode's config (`bench/trl_grpo.py`) and evaluated by the same
 evaluator at the checkpoints TRL writes.
@@ -23,7 +31,7 @@ simulator episodes.
 
 Options (`wmrl bench speedup --help`): `config=NAME` (synthetic-program |
 synthetic-control | autoresearch | vla), `profile=quick|full` (default full),
-`seeds=N`, `modes=a,b,...`, `out=PATH`, `resume=true` (keep the finished runs
+`seeds=N`, `modes=a,b,...`, `lrs=a,b,c`, `tune_seeds=N`, `out=PATH`, `resume=true` (keep the finished runs
 of an earlier invocation with the same config, e.g. one cut short, and run
 only the rest), and any run-config key (e.g. `trainer.steps=40`), applied to
 every mode after the profile's own. `quick` is a smoke run of the whole pipeline (about 5 minutes
@@ -38,10 +46,11 @@ from pathlib import Path
 
 import numpy as np
 
-from wmrl.bench.harness import (ProfileOptions, final_interval, fmt, held_out_change, run_one, summarize,
-                                write_result)
+from wmrl.bench.harness import (ProfileOptions, final_interval, fmt, held_out_change, plateau, run_one,
+                                summarize, write_result)
 from wmrl.bench.trl_grpo import run_trl, trl_settings
-from wmrl.config import load_config
+from wmrl.bench.tuning import parse_grid, tune
+from wmrl.config import ConfigError, load_config
 from wmrl.registry import register_benchmark
 
 #: mode name -> overrides; the ablation ladder of DESIGN section 2
@@ -89,11 +98,11 @@ _VLA = ["domain.families=[lift]", "domain.n_train=8", "domain.n_test_id=8", "dom
 PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
     "synthetic-program": {
         "quick": (3, LADDER, ["trainer.steps=30", "trainer.eval_every=10"]),
-        "full": (3, GENERIC, ["trainer.steps=80", "trainer.eval_every=10"]),
+        "full": (5, GENERIC, ["trainer.steps=80", "trainer.eval_every=10"]),
     },
     "synthetic-control": {
         "quick": (3, LADDER, ["trainer.steps=20", "trainer.eval_every=10"]),
-        "full": (3, MULTI_TURN, ["trainer.steps=60", "trainer.eval_every=10"]),
+        "full": (5, MULTI_TURN, ["trainer.steps=60", "trainer.eval_every=10"]),
     },
     "vla": {
         "quick": (1, ("real", "fused", "wm", "wmrl"), [*_VLA, "trainer.steps=6", "trainer.eval_every=3"]),
@@ -104,7 +113,7 @@ PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
         "quick": (1, ("real", "wm", "wmrl"), _AR_QUICK),
         # evaluations every 5 steps: the time to reach real's final is read off them
         # the async modes have a file of their own (speedup-autoresearch-async.json, Makefile)
-        "full": (3, MULTI_TURN, ["trainer.steps=20", "trainer.eval_every=5"]),
+        "full": (5, MULTI_TURN, ["trainer.steps=20", "trainer.eval_every=5"]),
     },
 }
 
@@ -113,9 +122,16 @@ PROFILES: dict[str, dict[str, tuple[int, tuple[str, ...], list[str]]]] = {
 class SpeedupOptions(ProfileOptions):
     modes: str | None = field(default=None, metadata={"help": "comma-separated modes (default: the profile's)"})
     resume: bool = field(default=False, metadata={"help": "keep finished runs of an earlier invocation"})
+    lrs: str | None = field(default=None, metadata={
+        "help": "learning-rate grid, e.g. 0.01,0.03,0.1: each mode's rate is chosen on the validation split first"})
+    tune_seeds: int = field(default=3, metadata={"help": "seeds per mode and rate while tuning (with lrs)"})
 
     def validate(self) -> None:
         super().validate()
+        if self.lrs is not None:
+            parse_grid(self.lrs)
+        if self.tune_seeds < 1:
+            raise ValueError(f"tune_seeds={self.tune_seeds}: must be >= 1")
         unknown = [m for m in (self.modes or "").split(",") if m and m not in MODES]
         if unknown:
             raise ValueError(f"modes: unknown {', '.join(unknown)}; available: {', '.join(MODES)}")
@@ -132,13 +148,29 @@ def run(opts: SpeedupOptions, user: list[str]) -> Path:
     out, work = opts.output_paths("speedup")
     run_config, start = (("vla-rl", vla_start(work / "bc-start")) if config == "vla" else (config, []))
     rest = [*start, *base, *user]
+    tuning, rate = None, {mode: [] for mode in modes}
+    if opts.lrs:
+        if any(str(o).startswith("engine.lr=") for o in user):
+            raise ConfigError("engine.lr and lrs=... together: lrs chooses each mode's rate; drop engine.lr")
+        tuning = tune(lambda m: EXTERNAL.get(m, run_one), run_config, rest, {m: MODES[m] for m in modes},
+                      parse_grid(opts.lrs), opts.tune_seeds, work / "tune", opts.resume)
+        for mode, t in tuning["modes"].items():
+            if t["chosen_lr"] is None:
+                raise RuntimeError(f"tuning: no {mode} run left a validation score; see {work / 'tune' / mode}")
+            rate[mode] = [f"engine.lr={t['chosen_lr']:g}"]
     runs = []
     for seed in range(seeds):
         for mode in modes:  # interleaved: drift hits every mode alike
             run_dir = work / mode / f"seed{seed}"
             runner = EXTERNAL.get(mode, run_one)
-            runs.append(runner(run_config, [*rest, *MODES[mode]], run_dir, mode, seed, reuse=opts.resume))
+            runs.append(runner(run_config, [*rest, *MODES[mode], *rate[mode]], run_dir, mode, seed,
+                               reuse=opts.resume))
     result = {"benchmark": "speedup", "config": config, "profile": profile, "overrides": rest, **summarize(runs)}
+    if tuning is not None:
+        result["tuning"] = tuning
+    if result["reference"] in result["modes"]:
+        result["reference_plateau"] = plateau(result["modes"][result["reference"]]["per_seed"])
+    result["evaluation_episodes"] = evaluation_episodes(load_config(run_config, rest))
     if "trl" in modes:
         against(result, runs, "trl")
         result["trl"] = trl_settings(load_config(run_config, [*rest, *MODES["trl"]]))  # what TRL ran with
@@ -151,6 +183,15 @@ def against(result: dict, runs: list, reference: str) -> None:
     ones relative to `real` that `summarize` gives."""
     for mode, m in summarize(runs, reference=reference)["modes"].items():
         result["modes"][mode][f"vs_{reference}"] = {k: m.get(k) for k in VERSUS}
+
+
+def evaluation_episodes(cfg) -> dict[str, int]:
+    """Per held-out split, the episodes one evaluation runs (tasks x `trainer.eval_samples`): what a final
+    reward's interval rests on besides the seeds."""
+    from wmrl.core.registry import DOMAINS
+
+    domain = DOMAINS.get(cfg.domain.name)(cfg.domain)
+    return {split: len(domain.tasks(split)) * cfg.trainer.eval_samples for split in cfg.trainer.eval_splits}
 
 
 def vla_start(root: Path) -> list[str]:
@@ -169,10 +210,35 @@ def vla_start(root: Path) -> list[str]:
     return [f"domain.policy={root / 'bc' / 'policy'}"]
 
 
+#: how much sooner than the tuned `real` the best `wmrl` variant should reach real's final reward (issue 17)
+SOONER_TARGET = {"autoresearch": 4.0, "synthetic-program": 3.0, "synthetic-control": 3.0}
+
+
+def _mean_final(m: dict, split: str = "test_id") -> float | None:
+    xs = [r["final"].get(f"eval_{split}") for r in m["per_seed"]]
+    xs = [x for x in xs if x is not None]
+    return float(np.mean(xs)) if xs else None
+
+
 def targets(result: dict) -> dict:
     """The issue's targets, each True / False, or None when the modes it needs were not run."""
     m = result["modes"]
     out: dict = {}
+    goal = SOONER_TARGET.get(result.get("config"))
+    if "real" in m and goal is not None:
+        # the fastest wmrl variant that reached real's final, among those whose mean final is not below real's
+        # interval of the mean
+        iv = m["real"].get("final_test_id_interval") or final_interval(m["real"]["per_seed"], "test_id")
+        floor = iv[0] if iv and iv[0] is not None else _mean_final(m["real"])
+        fair = {k: v["speedup_to_reference_final"] for k, v in m.items()
+                if k.startswith("wmrl") and v.get("speedup_to_reference_final") and floor is not None
+                and (_mean_final(v) or -math.inf) >= floor}
+        best = max(fair, key=fair.get) if fair else None
+        out["best_wmrl_variant"] = best
+        out["best_wmrl_sooner"] = fair.get(best)
+        out[f"best_wmrl_{goal:g}x_sooner_not_below_real"] = bool(best and fair[best] >= goal)
+    if "reference_plateau" in result:
+        out["real_plateaued"] = result["reference_plateau"]["plateaued"]
     if "real" in m and "wmrl" in m:
         r, w = m["real"], m["wmrl"]
         sooner = w.get("speedup_to_reference_final")
@@ -268,10 +334,38 @@ def table(result: dict) -> str:
                   f"seeds, {fmt(v['speedup_to_reference_final'], '{:.2f}x')} sooner, "
                   f"{fmt(v['fewer_real_executions_to_reference_final'], '{:.2f}x')} fewer real executions"
                   for mode, v in ((k, m["vs_trl"]) for k, m in modes.items() if k != "trl")]
+    lines += protocol_lines(result)
     t = result.get("targets") or {}
     if t:
         lines += ["", "Targets: " + "; ".join(f"{k}: {v}" for k, v in t.items())]
     return "\n".join(lines) + "\n"
+
+
+def protocol_lines(result: dict) -> list[str]:
+    """The tuning grid's validation scores and choices, real's plateau and the evaluation episodes, where the
+    run recorded them."""
+    lines = []
+    tuning = result.get("tuning")
+    if tuning:
+        grid = [f"{lr:g}" for lr in tuning["grid"]]
+        lines += ["", f"Learning rate chosen per mode on `{tuning['split']}` (mean final reward over tuning seeds "
+                  f"{tuning['seeds']}; the final runs use seeds {result['seeds']}):", "",
+                  "| mode | " + " | ".join(f"lr {g}" for g in grid) + " | chosen | tuning wall (s) |",
+                  "|---|" + "---:|" * (len(grid) + 2)]
+        for mode, t in tuning["modes"].items():
+            edge = " (grid edge)" if t["chosen_at_grid_edge"] else ""
+            lines.append(f"| {mode} | " + " | ".join(fmt(t["validation_final_mean"].get(g)) for g in grid)
+                         + f" | {fmt(t['chosen_lr'], '{:g}')}{edge} | {fmt(t['tuning_wall'], '{:.0f}')} |")
+    p = result.get("reference_plateau")
+    if p:
+        gains = ", ".join(fmt(g, "{:+.3f}") for g in p["gain_per_seed"])
+        lines += ["", f"{result['reference']}'s {p['split']} gain over the last {p['tail']:.0%} of training, per seed: "
+                  f"{gains}{_interval(p['gain_interval'], '{:+.3f}')}; plateaued: {p['plateaued']}"]
+    ep = result.get("evaluation_episodes")
+    if ep:
+        lines += ["", "Episodes per evaluation: " + ", ".join(f"{k} {v}" for k, v in ep.items())
+                  + f"; each final reward is a mean over {len(result['seeds'])} seeds of one evaluation each"]
+    return lines
 
 
 def evaluation_bands(per_seed: list[dict], split: str, x: str) -> tuple[list[float], ...]:

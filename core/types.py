@@ -13,8 +13,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-#: task splits every domain provides: train, held-out in-distribution, held-out out-of-distribution
-SPLITS = ("train", "test_id", "test_ood")
+#: task splits every domain provides: train, held-out in-distribution, held-out out-of-distribution, and
+#: validation (in-distribution, disjoint from test_id: what hyperparameters are chosen on, bench/speedup.py).
+#: New splits go last: domains seed each split's tasks by its index here.
+SPLITS = ("train", "test_id", "test_ood", "validation")
 
 #: Outcome statuses of an attempt that was judged: a real outcome, good or bad.
 #: `truncated`: the episode ran out of steps or turns before it ended (graded as it stands).

@@ -62,7 +62,7 @@ def test_suite_shape(suite):
         assert better, f"{t.id}: the reference model does not beat the trivial baseline"
         assert 0.0 < t.normalize(t.reference) <= 1.0
     with pytest.raises(ValueError, match="split"):
-        T.split(suite, "validation")
+        T.split(suite, "dev")
     with pytest.raises(ValueError, match="autoresearch-mini"):
         load_suite("no-such-suite")
 

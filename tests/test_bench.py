@@ -155,7 +155,7 @@ def test_results_section_is_rendered_from_the_json_between_the_markers(tmp_path)
     assert text.startswith("intro\n") and text.endswith("outro\n") and "stale" not in text
     row = next(line for line in text.splitlines() if line.startswith("| synthetic-program | 3 |"))
     # wmrl's median 0.75 is within real's spread (0.1) of real's 0.80; no wm mode, no ladder: not measured
-    assert "| 0.800 (0.100) | 0.750 (0.100) |" in row and "| 4.00x |" in row and row.endswith("| no | yes | — | — |")
+    assert "| 0.800 (0.100) | 0.750 (0.100) |" in row and "| 4.00x |" in row and row.endswith("| no | yes | — | — | no | — |")
     assert "Not measured yet:" in text and "`speedup-autoresearch-full.json`" in text
     readme.write_text("no markers\n")
     with pytest.raises(KeyError, match="markers"):

@@ -339,7 +339,7 @@ def test_the_old_domain_keys_for_world_models_point_at_the_new_section(override)
     (["world_model.runtime.timeout_s=-1"], "world_model.runtime.timeout_s must be >= 0 (0: no deadline), got -1.0"),
     (["world_model.runtime.warm_start=[/no/such/store.sqlite]"],
      "world_model.runtime.warm_start: no run store at /no/such/store.sqlite; point it at a run's store.sqlite"),
-    (["trainer.eval_splits=[test]"], "trainer.eval_splits: unknown split 'test'; splits are train, test_id, test_ood"),
+    (["trainer.eval_splits=[test]"], "trainer.eval_splits: unknown split 'test'; splits are train, test_id, test_ood, validation"),
     (["domain.real_delay_s=-1"], "domain.real_delay_s must be >= 0, got -1.0"),
     (["estimator.mode=grpo"], "estimator.mode: unknown mode 'grpo'; choose one of fused, real, wm, wmrl"),
     (["anchors.fraction=0"], "anchors.fraction is 0 in mode wmrl: it needs an anchor stream, anchors.fraction in "

@@ -102,7 +102,7 @@ def test_unknown_family_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match="known families.*lift"):
         make_tasks("train", 1, families=["door_open"])
     with pytest.raises(ValueError, match="unknown split"):
-        make_tasks("validation", 1)
+        make_tasks("dev", 1)
 
 
 # --- simulator ---------------------------------------------------------------------------------

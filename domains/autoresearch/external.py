@@ -42,7 +42,7 @@ YAML_KEYS = {
     "target": "required: the target column of train.csv, or a list of them (multi-output regression)",
     "budget_s": "optional: the sandbox time limit in seconds (default 600)",
     "family": "optional: the task family (default 'external')",
-    "split": "optional: train, test_id or test_ood (default 'train')",
+    "split": "optional: train, test_id, test_ood or validation (default 'train')",
     "title": "optional: the heading of the description (default the id)",
     "baseline": "optional: the trivial solution's score (default computed)",
     "reference": "optional: a good default model's score (default computed with HistGradientBoosting, cached)",

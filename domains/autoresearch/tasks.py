@@ -214,7 +214,7 @@ def normalize_score(score: float | None, baseline: float, reference: float, metr
 
 
 def split(tasks: Sequence[ARTask], split: str) -> list[ARTask]:
-    """The tasks of one split ("train", "test_id" or "test_ood"), in suite order."""
+    """The tasks of one split (one of SPLITS), in suite order."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
     return [t for t in tasks if t.split == split]
@@ -376,6 +376,29 @@ SPECS: tuple[_Spec, ...] = (
           "Three non-linear targets of 8 uniform features (sines, squares, products, an exponential), with "
           "Gaussian noise.",
           "nonlinear_multi", {"n_samples": 3000}, seed=73),
+    # ---- validation: one task per training family, disjoint from test_id (hyperparameters are chosen here) ----
+    _Spec("binary-overlap", "tabular-binary", "validation", "roc_auc", _SMALL,
+          "A synthetic binary classification problem: 12 numeric features, five of them informative; the two "
+          "classes overlap.",
+          "make_classification", {"n_samples": 3000, "n_features": 12, "n_informative": 5, "n_redundant": 2,
+                                  "class_sep": 0.8, "flip_y": 0.02}, seed=16),
+    _Spec("multiclass-6way", "tabular-multiclass", "validation", "accuracy", _SMALL,
+          "A synthetic 6-class problem with 18 numeric features, eight of them informative.",
+          "make_classification", {"n_samples": 4000, "n_features": 18, "n_informative": 8, "n_redundant": 3,
+                                  "n_classes": 6, "class_sep": 1.1}, seed=27),
+    _Spec("imbalanced-rare-binary", "imbalanced", "validation", "roc_auc", _SMALL,
+          "A binary problem where only about 5% of the 10,000 rows are positive; the score is ROC AUC.",
+          "make_classification", {"n_samples": 10000, "n_features": 16, "n_informative": 6, "n_redundant": 2,
+                                  "weights": [0.95, 0.05], "class_sep": 0.9, "flip_y": 0.0}, seed=34),
+    _Spec("highdim-sparse", "high-dim", "validation", "accuracy", _MEDIUM,
+          "A wide binary problem: 1,200 features for 500 rows, about a dozen of them informative.",
+          "make_classification", {"n_samples": 500, "n_features": 1200, "n_informative": 12, "n_redundant": 6,
+                                  "class_sep": 1.1}, seed=44),
+    _Spec("noisy-multiclass-3way", "noisy-labels", "validation", "macro_f1", _SMALL,
+          "Three classes where about 20% of the labels (train and test alike) are wrong: they were drawn at "
+          "random.",
+          "make_classification", {"n_samples": 4000, "n_features": 16, "n_informative": 8, "n_redundant": 2,
+                                  "n_classes": 3, "flip_y": 0.3, "class_sep": 1.2}, seed=54),
 )
 
 _SPEC_BY_ID = {s.id: s for s in SPECS}
@@ -412,6 +435,11 @@ _PINNED_REFERENCE: dict[str, float] = {
     'bc-nuclei-worst': 0.615711,
     'multioutput-linear': 40.313682,
     'multioutput-nonlinear': 0.934411,
+    'binary-overlap': 0.957553,
+    'multiclass-6way': 0.803,
+    'imbalanced-rare-binary': 0.962011,
+    'highdim-sparse': 0.816,
+    'noisy-multiclass-3way': 0.723579,
 }
 
 

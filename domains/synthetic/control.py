@@ -47,6 +47,7 @@ class ControlConfig:
     n_train: int = 32
     n_test_id: int = 16
     n_test_ood: int = 16
+    n_validation: int = 16
     seed: int = 0
     hidden: int = 32
     init_log_std: float = -0.5
@@ -89,7 +90,8 @@ class LatentConfig(WorldModelConfig):
 
 
 def _tasks(cfg: ControlConfig, split: str) -> list[Task]:
-    n = {"train": cfg.n_train, "test_id": cfg.n_test_id, "test_ood": cfg.n_test_ood}[split]
+    n = {"train": cfg.n_train, "test_id": cfg.n_test_id, "test_ood": cfg.n_test_ood,
+         "validation": cfg.n_validation}[split]
     rng = np.random.default_rng([cfg.seed, 5, SPLITS.index(split)])
     angle = rng.uniform(0, 2 * np.pi, n)
     # in-distribution goals lie 0.5-1.0 away; OOD goals 1.2-1.5 away (never trained on)

@@ -46,6 +46,7 @@ class ProgramConfig:
     n_train: int = 32
     n_test_id: int = 16
     n_test_ood: int = 16
+    n_validation: int = 16
     ood_shift: float = 1.5
     seed: int = 0
     hidden: int = 32
@@ -87,7 +88,8 @@ class ProgramWorld:
 
     def tasks(self, split: str) -> list[Task]:
         cfg = self.cfg
-        n = {"train": cfg.n_train, "test_id": cfg.n_test_id, "test_ood": cfg.n_test_ood}[split]
+        n = {"train": cfg.n_train, "test_id": cfg.n_test_id, "test_ood": cfg.n_test_ood,
+         "validation": cfg.n_validation}[split]
         rng = np.random.default_rng([cfg.seed, 2, SPLITS.index(split)])
         phi = rng.normal(size=(n, cfg.feature_dim))
         if split == "test_ood":

@@ -55,6 +55,7 @@ class VLADomainConfig:
     n_train: int = 16
     n_test_id: int = 4
     n_test_ood: int = 4
+    n_validation: int = 4
     seed: int = 0
     #: a `save_pretrained` folder of a WmrlVLAPolicy (the BC start); required
     policy: str = ""
@@ -66,7 +67,7 @@ class VLADomainConfig:
 
     def validate(self) -> None:
         at_least(self, "domain", 1, "n_train")
-        at_least(self, "domain", 0, "n_test_id", "n_test_ood")
+        at_least(self, "domain", 0, "n_test_id", "n_test_ood", "n_validation")
         if not self.families:
             raise ValueError("domain.families is empty; name at least one of " + ", ".join(FAMILIES))
         for name in self.families:
@@ -112,7 +113,8 @@ class VLADomain(Domain):
     def tasks(self, split: str) -> list[Task]:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
-        n = {"train": self.cfg.n_train, "test_id": self.cfg.n_test_id, "test_ood": self.cfg.n_test_ood}[split]
+        n = {"train": self.cfg.n_train, "test_id": self.cfg.n_test_id, "test_ood": self.cfg.n_test_ood,
+             "validation": self.cfg.n_validation}[split]
         return make_tasks(split, n, seed=self.cfg.seed, families=self.cfg.families)
 
     def make_policy(self, seed: int) -> Policy:

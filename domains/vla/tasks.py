@@ -10,8 +10,12 @@ tasks a `Variation` of the scene. Splits differ in what the policy has seen:
 - `test_ood` changes what training never showed: held-out phrasings, object
   colours outside the default palette, other object sizes, wider placement ranges.
 
-Seeds are disjoint across splits by construction (the split is the seed's residue
-mod 3), so no `make_tasks` arguments can make a test scene a training scene.
+- `validation` is in-distribution like `test_id`, for choosing hyperparameters.
+
+Seeds are disjoint across splits by construction (train, test_id and test_ood are
+the seed's residue mod 3; validation takes test_id's residue from episode index
+`VALIDATION_INDEX` on), so no `make_tasks` arguments can make a test scene a
+training scene.
 """
 
 from __future__ import annotations
@@ -122,9 +126,16 @@ def family(name: str) -> Family:
     return FAMILIES[name]
 
 
+#: validation episode i is test_id's episode VALIDATION_INDEX + i (no test_id list is that long)
+VALIDATION_INDEX = 1_000_000
+
+
 def episode_seed(split: str, family_name: str, index: int, seed: int = 0) -> int:
-    """The initial-state seed of episode `index`: its residue mod 3 is the split, so splits never share one."""
+    """The initial-state seed of episode `index`: its residue mod 3 is the split, so splits never share one
+    (validation: test_id's residue, on indices no test_id list reaches)."""
     f = list(FAMILIES).index(family_name)
+    if split == "validation":
+        split, index = "test_id", VALIDATION_INDEX + index
     return 3 * (seed * 10_000_000 + index * len(FAMILIES) + f) + SPLITS.index(split)
 
 
