@@ -37,11 +37,16 @@ def parse_grid(text: str) -> list[float]:
     return sorted(set(grid))
 
 
+def _means(scores: dict[float, list[float | None]]) -> dict[float, float | None]:
+    """Per rate, the mean final validation reward of its runs that left one (None: none did)."""
+    return {lr: float(np.mean([x for x in v if x is not None])) if any(x is not None for x in v) else None
+            for lr, v in scores.items()}
+
+
 def choose(scores: dict[float, list[float | None]]) -> float | None:
     """The rate whose mean final validation reward is highest (the smaller rate on a tie); a run that left no
-    score counts as the worst. None when no rate has a score."""
-    means = {lr: float(np.mean([s for s in v if s is not None])) for lr, v in scores.items()
-             if any(s is not None for s in v)}
+    score is left out of its rate's mean, not counted as 0. None when no rate has a score."""
+    means = {lr: m for lr, m in _means(scores).items() if m is not None}
     if not means:
         return None
     best = max(means.values())
@@ -65,14 +70,13 @@ def tune(runner_for: Callable[[str], Callable[..., RunRecord]], run_config: str,
                  "modes": {}}
     for mode, by_lr in records.items():
         scores = {lr: [r.history[-1].get(f"eval_{SPLIT}") for r in rs] for lr, rs in by_lr.items()}
+        chosen = choose(scores)
         out["modes"][mode] = {
             "validation_final": {f"{lr:g}": v for lr, v in scores.items()},
-            "validation_final_mean": {f"{lr:g}": (float(np.mean([x for x in v if x is not None]))
-                                                  if any(x is not None for x in v) else None)
-                                      for lr, v in scores.items()},
-            "chosen_lr": choose(scores),
+            "validation_final_mean": {f"{lr:g}": m for lr, m in _means(scores).items()},
+            "chosen_lr": chosen,
             # a rate chosen at the grid's edge says the grid should reach further that way
-            "chosen_at_grid_edge": choose(scores) in (min(grid), max(grid)),
+            "chosen_at_grid_edge": chosen in (min(grid), max(grid)),
             "tuning_wall": float(sum(r.wall for rs in by_lr.values() for r in rs)),
         }
     return out
