@@ -103,6 +103,8 @@ results: $(STAMP)
 	  out=$(R)/speedup-autoresearch-async.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl,wmrl-async,wmrl-kl \
 	  out=$(R)/speedup-autoresearch-async-kl.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl,wmrl-kl seeds=3 \
+	  trainer.eval_every=20 out=$(R)/speedup-autoresearch-heldout.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=vla out=$(R)/speedup-vla-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-program out=$(R)/estimators-synthetic-program-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-control out=$(R)/estimators-synthetic-control-full.json

@@ -243,16 +243,18 @@ def plateau(per_seed: Sequence[dict], split: str = "test_id", tail: float = 0.25
 
 def held_out_change(histories: Sequence[list[dict]]) -> dict:
     """Per held-out column (`test_id` reward, `test_ood_ok`, `test_ood_parsed`, ...): the median over seeds
-    before training and after it, and each seed's change (after - before), so a fall is read per seed."""
+    before training and after it, each seed's change (after - before), so a fall is read per seed, and the 95%
+    bootstrap interval of the mean change: a fall counts where that interval lies below 0."""
     out: dict = {}
     for split in ("test_id", "test_ood"):
         cols = sorted({k for h in histories for k in h[0] if k == f"eval_{split}" or k.startswith(f"eval_{split}_")})
         for col in cols:
             pairs = [(h[0].get(col), h[-1].get(col)) for h in histories]
+            changes = [None if a is None or b is None or not math.isfinite(a - b) else a - b for b, a in pairs]
             out[col[len("eval_"):]] = {
                 "before": _median([b for b, _ in pairs]), "after": _median([a for _, a in pairs]),
-                "change_per_seed": [None if a is None or b is None or not math.isfinite(a - b) else a - b
-                                    for b, a in pairs],
+                "change_per_seed": changes,
+                "change_interval": bootstrap_interval([c for c in changes if c is not None]),
             }
     return out
 

@@ -28,14 +28,19 @@ SECTIONS = (
      "WMRL vs standard RL: synthetic program domain (fair protocol: each mode's rate tuned on validation, 5 seeds)"),
     ("speedup-synthetic-control-full.json", "speedup",
      "WMRL vs standard RL: synthetic control domain, multi-step (fair protocol, 5 seeds)"),
-    ("speedup-autoresearch-full.json", "speedup", "WMRL vs standard RL: AutoResearch (embedded agent), the whole ladder"),
+    ("speedup-autoresearch-heldout.json", "speedup",
+     "AutoResearch held-out before and after RL: suite v2 (the competition layout), v7 agent, wmrl and a KL to "
+     "the step-0 policy, 3 seeds"),
+    ("speedup-autoresearch-full.json", "speedup",
+     "WMRL vs standard RL: AutoResearch (embedded agent, suite v1), the whole ladder"),
     ("speedup-autoresearch-trl-full.json", "speedup",
-     "WMRL vs TRL's GRPOTrainer on the same AutoResearch tasks, reward and evaluator (how they differ: docs/method.md)"),
+     "WMRL vs TRL's GRPOTrainer on the same AutoResearch tasks, reward and evaluator (suite v1; how they differ: "
+     "docs/method.md)"),
     ("speedup-autoresearch-async.json", "speedup",
-     "Asynchronous anchors on AutoResearch, v5 agent (real and sync wmrl reused from another day: their walls are "
+     "Asynchronous anchors on AutoResearch, suite v1, v5 agent (real and sync wmrl reused from another day: their walls are "
      "not comparable, docs/method.md)"),
     ("speedup-autoresearch-async-kl.json", "speedup",
-     "AutoResearch, v6 agent: sync, async and a KL to the step-0 policy in one invocation (2 seeds so far)"),
+     "AutoResearch, suite v1, v6 agent: sync, async and a KL to the step-0 policy in one invocation (2 seeds)"),
     ("speedup-vla-full.json", "speedup",
      "WMRL vs simulator GRPO and the seed's progress fusion: VLA on robosuite lift (real executions = simulator episodes)"),
     ("estimators-synthetic-program-full.json", "estimators",

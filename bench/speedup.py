@@ -46,8 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from wmrl.bench.harness import (ProfileOptions, final_interval, fmt, held_out_change, plateau, run_one,
-                                summarize, write_result)
+from wmrl.bench.harness import (ProfileOptions, bootstrap_interval, final_interval, fmt, held_out_change, plateau,
+                                run_one, summarize, write_result)
 from wmrl.bench.trl_grpo import run_trl, trl_settings
 from wmrl.bench.tuning import parse_grid, tune
 from wmrl.config import ConfigError, load_config
@@ -284,15 +284,18 @@ def held_out_lines(modes: dict) -> list[str]:
             if any(c in h for h in held.values())]
     if not any(c.endswith(("_ok", "_parsed")) for c in cols):
         return []
-    lines = ["", "Held-out before → after training (median over seeds; worst seed's change):", "",
+    lines = ["", "Held-out before → after training (median over seeds; the worst seed's change; the 95% interval "
+             "of the mean change over seeds):", "",
              "| mode | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
     for mode, m in modes.items():
         cells = []
         for c in cols:
             h = held[mode].get(c)
             changes = [x for x in (h or {}).get("change_per_seed", []) if x is not None]
+            iv = bootstrap_interval(changes)
             cells.append("—" if h is None else f"{fmt(h['before'])} → {fmt(h['after'])} "
-                         f"({fmt(min(changes) if changes else None, '{:+.3f}')})")
+                         f"({fmt(min(changes) if changes else None, '{:+.3f}')}"
+                         + ("" if iv is None else f"; [{fmt(iv[0], '{:+.3f}')}, {fmt(iv[1], '{:+.3f}')}]") + ")")
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     return lines
 

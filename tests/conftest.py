@@ -54,7 +54,7 @@ def make_tiny_lm(path, *, hidden_size: int = 32, heads: int = 4, max_positions: 
 # ----------------------------------------------------------------------------- the embedded agent
 
 TASKS = [
-    (TaskSpec("classification", ("species",), "accuracy"),
+    (TaskSpec("classification", ("species",), "accuracy", ("prediction",)),
      "Task: iris-species. Predict the iris species (0, 1 or 2) from four flower measurements.\n"
      "Target column: species. Metric: accuracy.\nWrite submission.csv with one column `prediction`."),
     (TaskSpec("classification", ("diagnosis",), "roc_auc", ("prediction",)),
@@ -64,13 +64,13 @@ TASKS = [
     (TaskSpec("classification", ("cultivar",), "log_loss", ("p_0", "p_1", "p_2")),
      "Task: wine-cultivar. Predict the cultivar of a wine from 13 chemical measurements.\n"
      "Target column: cultivar. Metric: log_loss.\nWrite submission.csv with columns p_0, p_1, p_2: the class probabilities."),
-    (TaskSpec("classification", ("digit",), "macro_f1"),
+    (TaskSpec("classification", ("digit",), "macro_f1", ("prediction",)),
      "Task: digits. Recognise handwritten digits from 8x8 pixel intensities.\n"
      "Target column: digit. Metric: macro_f1.\nWrite submission.csv with one column `prediction`."),
-    (TaskSpec("regression", ("progression",), "rmse"),
+    (TaskSpec("regression", ("progression",), "rmse", ("prediction",)),
      "Task: diabetes-progression. Predict disease progression a year after baseline from ten measurements.\n"
      "Target column: progression. Metric: rmse.\nWrite submission.csv with one column `prediction`."),
-    (TaskSpec("multioutput", ("weight", "waist"), "r2"),
+    (TaskSpec("multioutput", ("weight", "waist"), "r2", ("weight", "waist")),
      "Task: linnerud. Predict the physiological measurements weight and waist from three exercise counts.\n"
      "Target columns: weight, waist. Metric: r2.\nWrite submission.csv with one column per target."),
 ]

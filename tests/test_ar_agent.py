@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 import torch
 
-from wmrl.domains.autoresearch.agent import AgentConfig, _cache_key, agent_info, build_default_agent
+from wmrl.domains.autoresearch.agent import AgentConfig, _cache_key, agent_info, build_default_agent, sft
 from wmrl.domains.autoresearch.protocol import ASSISTANT_MARK, END_MARK, extract_code, format_prompt, format_reply, next_observation
 from wmrl.domains.autoresearch.corpus import (
     TaskSpec,
@@ -38,16 +38,25 @@ from wmrl.domains.autoresearch.corpus import (
 from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 from wmrl.domains.autoresearch.tasks import render_description
 
-from conftest import BUILD, TASKS, TEST_CONFIG  # noqa: E402 - the session's agent is built from them
+from conftest import BUILD, TASKS, TEST_CONFIG, make_tiny_lm  # noqa: E402 - the session's agent is built from them
 
-# every submission shape: labels, binary and multiclass probabilities, regression, both multioutput kinds
+# every submission shape: labels, binary and multiclass probabilities, regression, both multioutput kinds; rows
+# matched by order (no id column) and the competition layout (an id column, the target's own name, class-named
+# probability columns, text columns and empty cells)
 SPECS = [spec for spec, _ in TASKS] + [
     TaskSpec("classification", ("label",), "roc_auc", ("p_0", "p_1", "p_2")),
     TaskSpec("classification", ("label",), "log_loss", ("p_0", "p_1")),
     TaskSpec("classification", ("colour",), "log_loss", ("p_blue", "p_green", "p_red")),  # string classes
-    TaskSpec("regression", ("y",), "r2"),
-    TaskSpec("multioutput", ("a", "b"), "accuracy"),
+    TaskSpec("regression", ("y",), "r2", ("prediction",)),
+    TaskSpec("multioutput", ("a", "b"), "accuracy", ("a", "b")),
+    TaskSpec("classification", ("churned",), "roc_auc", ("churned",), id_column="customer_id", text=True),
+    TaskSpec("classification", ("species",), "log_loss", ("setosa", "versicolor", "virginica"), id_column="Id",
+             missing=True),
+    TaskSpec("classification", ("grade",), "macro_f1", ("grade",), id_column="id", text=True, missing=True),
+    TaskSpec("regression", ("price",), "rmse", ("price",), id_column="row_id", text=True, missing=True),
+    TaskSpec("multioutput", ("y1", "y2"), "r2", ("y1", "y2"), id_column="id", missing=True),
 ]
+_WORDS = {"churned": ("no", "yes"), "grade": ("high", "low", "medium")}
 
 
 def _parses(code: str | None) -> bool:
@@ -61,7 +70,8 @@ def _parses(code: str | None) -> bool:
 
 
 def _dataset(spec: TaskSpec, n: int = 300, d: int = 6, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """train.csv / test_features.csv frames for a spec (classes 0..k-1, so p_i is class i)."""
+    """train.csv / test_features.csv frames for a spec (class labels from its probability columns or words;
+    an id column, a text column and empty cells where the spec says so)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
     w = rng.normal(size=(d, len(spec.targets)))
@@ -71,36 +81,45 @@ def _dataset(spec: TaskSpec, n: int = 300, d: int = 6, seed: int = 0) -> tuple[p
     elif spec.multi:
         y = (z > 0).astype(int)
     else:
-        names = [] if spec.proba_columns == ("prediction",) else [c[2:] for c in spec.proba_columns]
-        k = 2 if spec.proba_columns == ("prediction",) else len(names) or 3
+        names = list(_WORDS.get(spec.targets[0], ()))
+        if spec.proba and not spec.positive_proba:
+            names = [c[2:] if c.startswith("p_") else c for c in spec.columns]
+        k = len(names) or (2 if spec.positive_proba else 3)
         y = np.digitize(z, np.quantile(z, np.linspace(0, 1, k + 1)[1:-1]))
         if names and not all(n.isdigit() for n in names):
             y = np.asarray(names, dtype=object)[y]
     cols = [f"f{i}" for i in range(d)]
     train = pd.DataFrame(X, columns=cols)
+    if spec.text:
+        train["region"] = np.asarray(["north", "south", "east"], dtype=object)[(X[:, 0] > 0).astype(int) + (X[:, 1] > 1)]
+        cols.append("region")
+    if spec.missing:
+        train.loc[rng.random(n) < 0.1, "f2"] = np.nan
+    if spec.id_column:
+        train.insert(0, spec.id_column, 1000 + rng.permutation(n))
+        cols.insert(0, spec.id_column)
     for j, t in enumerate(spec.targets):
         train[t] = y[:, j]
     cut = int(0.8 * n)
     return train.iloc[:cut].reset_index(drop=True), train.iloc[cut:][cols].reset_index(drop=True)
 
 
-def _check_submission(spec: TaskSpec, path: Path, n_rows: int, train: pd.DataFrame) -> None:
+def _check_submission(spec: TaskSpec, path: Path, n_rows: int, train: pd.DataFrame,
+                      test: pd.DataFrame) -> None:
     sub = pd.read_csv(path)
     assert len(sub) == n_rows
+    assert list(sub.columns) == ([spec.id_column] if spec.id_column else []) + list(spec.columns)
+    if spec.id_column:
+        assert sorted(sub.pop(spec.id_column)) == sorted(test[spec.id_column])
     if spec.proba:
-        assert list(sub.columns) == list(spec.proba_columns)
         p = sub.to_numpy(dtype=float)
         assert ((p >= 0) & (p <= 1)).all()
-        if spec.proba_columns != ("prediction",):  # one probability per class, in class order
+        if not spec.positive_proba:  # one probability per class, in class order
             assert np.allclose(p.sum(1), 1.0, atol=1e-4)
-    elif spec.multi:
-        assert list(sub.columns) == list(spec.targets)
-    else:
-        assert list(sub.columns) == ["prediction"]
     assert sub.notna().all().all()
     if not spec.regression and not spec.proba:
-        for col in [c for c in sub.columns]:
-            labels = set(train[spec.targets[0] if col == "prediction" else col].unique())
+        for col in sub.columns:
+            labels = set(train[spec.targets[0] if col not in spec.targets else col].unique())
             assert set(sub[col].unique()) <= labels
 
 
@@ -139,7 +158,9 @@ def test_scripts_parse_are_deterministic_and_diverse():
     n_exact = sum(p in exact for p, _ in corpus)
     n_second = sum("Sandbox feedback:" in p for p, _ in corpus)
     n_synthetic = sum("- Metric: `" in p for p, _ in corpus)  # synthetic_task's format (the suite's)
-    assert 0.1 * len(corpus) < n_exact < 0.4 * len(corpus), n_exact  # the given tasks, verbatim
+    # the given tasks, verbatim (an augmented copy of these short texts, whose lines mostly name a target, a
+    # submission column or the metric, is often the text itself)
+    assert 0.1 * len(corpus) < n_exact < 0.5 * len(corpus), n_exact
     assert 0.05 * len(corpus) < n_second < 0.3 * len(corpus), n_second
     assert 0.35 * len(corpus) < n_synthetic < 0.65 * len(corpus), n_synthetic
     assert all(_parses(extract_code(format_reply(s))) for _, s in corpus)
@@ -156,9 +177,9 @@ def test_scripts_parse_are_deterministic_and_diverse():
         copies = [augment_description(desc, spec, np.random.default_rng(i)) for i in range(40)]
         assert len(set(copies)) >= 4  # (these short descriptions are mostly protected lines)
         for line in desc.splitlines():
-            if any(k in line for k in (*spec.targets, *spec.proba_columns, spec.metric)):
+            if any(k in line for k in (*spec.targets, *spec.columns, spec.metric)):
                 assert all(line in c for c in copies), line
-    kinds, targets, layouts = set(), set(), set()
+    kinds, targets, layouts, ids, schemas = set(), set(), set(), set(), set()
     for i in range(200):
         spec, desc = synthetic_task(np.random.default_rng(i))
         kinds.add((spec.kind, spec.metric, spec.proba))
@@ -166,15 +187,22 @@ def test_scripts_parse_are_deterministic_and_diverse():
         # described as the suite describes its own tasks: target, metric and submission columns stated
         assert desc.startswith("# Task: ") and "## Submission" in desc and f"- Metric: `{spec.metric}`" in desc
         assert all(f"`{t}`" in desc for t in spec.targets)
-        assert all(f"`{c}`" in desc.split("## Submission")[1] for c in spec.proba_columns)
-        layouts.add(spec.proba_columns if spec.proba else spec.targets if spec.multi else ("prediction",))
+        assert all(f"`{c}`" in desc.split("## Submission")[1] for c in spec.columns)
+        if spec.id_column:
+            assert f"`{spec.id_column}`" in desc.split("## Submission")[1]
+        layouts.add((spec.id_column, *spec.columns))
+        ids.add(spec.id_column)
+        schemas.add((spec.text, spec.missing))
         assert _parses(generate_script(spec, np.random.default_rng(i)))
     assert {k for k, _, _ in kinds} == {"classification", "regression", "multioutput"} and len(kinds) >= 8
     assert len(targets) >= 25 and len(layouts) >= 10  # names and layouts to read, not to memorise
+    assert None in ids and len(ids) >= 6 and len(schemas) == 4  # ids or not, text columns and empty cells or not
     with pytest.raises(ValueError):
-        TaskSpec("classification", ("y",), "log_loss")  # needs its probability columns
+        TaskSpec("classification", ("y",), "log_loss", ())  # needs its submission columns
     with pytest.raises(ValueError):
-        TaskSpec("regression", ("y",), "accuracy")
+        TaskSpec("multioutput", ("a", "b"), "r2", ("a",))
+    with pytest.raises(ValueError):
+        TaskSpec("regression", ("y",), "accuracy", ("prediction",))
 
 
 def _run_in_process(script: str, workdir: Path) -> None:
@@ -199,12 +227,12 @@ def test_scripts_run_and_write_well_formed_submissions(tmp_path):
         test.to_csv(d / "test_features.csv", index=False)
         (d / "main.py").write_text(generate_script(spec, np.random.default_rng(1000 + i)))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        procs.append((spec, d, train, len(test), subprocess.Popen(
+        procs.append((spec, d, train, test, subprocess.Popen(
             [sys.executable, "main.py"], cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
-    for spec, d, train, n_rows, proc in procs:
+    for spec, d, train, test, proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, (spec, (d / "main.py").read_text(), err[-2000:])
-        _check_submission(spec, d / "submission.csv", n_rows, train)
+        _check_submission(spec, d / "submission.csv", len(test), train, test)
 
     # many more in this process (same code path, no interpreter start-up)
     from threadpoolctl import threadpool_limits
@@ -222,7 +250,7 @@ def test_scripts_run_and_write_well_formed_submissions(tmp_path):
                 _run_in_process(script, d)
             except Exception as exc:  # pragma: no cover - the message is the point
                 raise AssertionError(f"{spec}\n{script}") from exc
-            _check_submission(spec, d / "submission.csv", len(test), train)
+            _check_submission(spec, d / "submission.csv", len(test), train, test)
 
 
 def test_most_scripts_are_mediocre_on_a_real_dataset(tmp_path):
@@ -240,7 +268,7 @@ def test_most_scripts_are_mediocre_on_a_real_dataset(tmp_path):
     train, test = frame.iloc[:900], frame.iloc[900:]
     train.to_csv(tmp_path / "train.csv", index=False)
     test[cols].to_csv(tmp_path / "test_features.csv", index=False)
-    spec = TaskSpec("classification", ("digit",), "accuracy")
+    spec = TaskSpec("classification", ("digit",), "accuracy", ("prediction",))
     with threadpool_limits(1):
         reference = accuracy_score(test["digit"], HistGradientBoostingClassifier(random_state=0)
                                    .fit(train[cols], train["digit"]).predict(test[cols]))
@@ -310,6 +338,18 @@ def test_agent_build_and_cache_hit(agent):
     assert _cache_key(TEST_CONFIG, TASKS[:-1], 3000, 0, 4.0) != base
 
 
+def test_sft_stops_at_its_step_budget_not_the_clock(tmp_path):
+    import dataclasses
+
+    tokenizer, model, _ = make_tiny_lm(tmp_path)
+    examples = [(f"<|user|>\ntask {i}\n<|assistant|>\n", f"x = {i}") for i in range(40)]
+    cfg = dataclasses.replace(AgentConfig(), batch_tokens=256, max_batch_size=4, epochs=3, threads=1)
+    budget = sft(model, tokenizer, examples, dataclasses.replace(cfg, max_steps=7), seed=0, max_seconds=600)
+    assert (budget["steps"], budget["stopped_by"]) == (7, "steps")
+    epochs = sft(model, tokenizer, examples, cfg, seed=0, max_seconds=600)
+    assert epochs["stopped_by"] == "epochs" and epochs["steps"] == 3 * epochs["batches_per_epoch"] > 7
+
+
 def test_sampled_replies_parse(policy):
     obs = [format_prompt(d) for _, d in TASKS] * 17  # 102 first turns + 18 second turns
     obs += [next_observation(format_prompt(d), format_reply(generate_script(s, np.random.default_rng(i))),
@@ -329,7 +369,7 @@ UNSEEN = [  # descriptions the agent never trained on (new wording, targets, met
                        metric="rmse", budget_s=60, task_type="regression", n_train=1600, n_test=400,
                        feature_columns=["rooms", "area", "age", "distance", "income", "lat", "lon", "floors"],
                        feature_dtypes=["int64", "float64", "int64"] + ["float64"] * 5, target_columns=["price"],
-                       target_dtype="float64", classes=None, submission_columns=["prediction"]),
+                       target_dtype="float64", classes=None, sample_submission=False),
     "Task: sensor-fault. Classify the fault type (4 classes) of a machine from vibration statistics.\n"
     "Target column: fault. Metric: log_loss.\nWrite submission.csv with columns p_0, p_1, p_2, p_3.",
 ]

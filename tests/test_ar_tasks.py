@@ -110,12 +110,21 @@ def test_description_says_what_the_agent_needs(suite):
         d, k = len(t.feature_columns), len(t.target_columns)
         text = t.description
         for needle in (t.metric, f"{t.budget_s} s", "train.csv", "test_features.csv", "submission.csv",
-                       f"{t.n_train} rows × {d + k} columns", f"{t.n_test} rows × {d} columns",
-                       f"({t.n_train}, {d + k})", f"({t.n_test}, {d})",
+                       f"{t.n_train} rows × {d + k + 1} columns", f"{t.n_test} rows × {d + 1} columns",
+                       f"the id column `{t.id_column}`", "sample_submission.csv", ",".join(t.submission_columns),
                        "higher is better" if t.higher_is_better else "lower is better"):
             assert needle in text, f"{t.id}: description lacks {needle!r}"
         for col in t.submission_columns + t.target_columns:
             assert f"`{col}`" in text, f"{t.id}: description lacks column {col}"
+        # text columns and empty cells are what the table has, and the description says which
+        public = pd.concat([T.train_frame(t), T.test_frame(t)])[list(t.feature_columns)]
+        text_cols = [c for c in public.columns if not pd.api.types.is_numeric_dtype(public[c])]
+        holes = [c for c in public.columns if public[c].isna().any()]
+        assert ("Categorical columns (text values)" in text) == bool(text_cols), t.id
+        assert all(f"`{c}` (" in text.split("Categorical columns")[-1] for c in text_cols), t.id
+        assert ("- Missing values:" in text) == bool(holes), t.id
+    assert sum("Categorical columns" in t.description for t in suite) >= 10
+    assert sum("- Missing values:" in t.description for t in suite) >= 10
 
 
 # --- materialize --------------------------------------------------------------------
@@ -123,6 +132,8 @@ def test_description_says_what_the_agent_needs(suite):
 
 def _formats(values: np.ndarray) -> list[str]:
     v = np.asarray(values)
+    if v.dtype.kind == "O":
+        return ["\n".join(str(x) for x in v)]
     if v.dtype.kind in "iu":
         return ["\n".join(str(int(x)) for x in v)]
     return ["\n".join(repr(float(x)) for x in v), "\n".join(f"{float(x):.7g}" for x in v)]
@@ -132,12 +143,17 @@ def test_materialize_writes_public_files_only(suite, tmp_path):
     for t in suite:
         work = tmp_path / t.id
         T.materialize(t, work)
-        assert sorted(p.name for p in work.iterdir()) == ["test_features.csv", "train.csv"]
+        assert sorted(p.name for p in work.iterdir()) == ["sample_submission.csv", "test_features.csv", "train.csv"]
         tr, te = pd.read_csv(work / "train.csv"), pd.read_csv(work / "test_features.csv")
-        assert tr.shape == (t.n_train, len(t.feature_columns) + len(t.target_columns))
-        assert te.shape == (t.n_test, len(t.feature_columns))
-        assert list(te.columns) == list(t.feature_columns)
-        assert list(tr.columns) == list(t.feature_columns) + list(t.target_columns)
+        assert list(te.columns) == [t.id_column, *t.feature_columns]
+        assert list(tr.columns) == [t.id_column, *t.feature_columns, *t.target_columns]
+        assert len(tr) == t.n_train and len(te) == t.n_test
+        assert set(tr[t.id_column]).isdisjoint(te[t.id_column]), f"{t.id}: a train id is also a test id"
+        sample = pd.read_csv(work / "sample_submission.csv")
+        assert list(sample.columns) == list(t.submission_columns)
+        assert list(sample[t.id_column]) == list(te[t.id_column])
+        g = grade(t, work) if (work / "submission.csv").exists() else grade_frame(t, sample)
+        assert g.ok, (t.id, g.message)
         y = T.hidden_labels(t).reshape(t.n_test, -1)
         test_text = (work / "test_features.csv").read_text()
         for name in t.target_columns:
@@ -150,7 +166,7 @@ def test_materialize_writes_public_files_only(suite, tmp_path):
             for df in (tr, te):
                 for col in df.columns:
                     col_vals = df[col].to_numpy()
-                    if col_vals.dtype.kind in "fiu" and len(col_vals) == t.n_test:
+                    if col_vals.dtype.kind in "fiu" and len(col_vals) == t.n_test and y.dtype.kind != "O":
                         assert not np.allclose(col_vals, y[:, j].astype(float)), f"{t.id}: labels in {col}"
 
 
@@ -178,7 +194,8 @@ def _solve(task, work: Path, make_model) -> Grade:
     T.materialize(task, work)
     tr = pd.read_csv(work / "train.csv")
     te = pd.read_csv(work / "test_features.csv")
-    X, Xt = tr[list(task.feature_columns)].to_numpy(float), te.to_numpy(float)
+    X = np.nan_to_num(tr[list(task.feature_columns)].to_numpy(float))
+    Xt = np.nan_to_num(te[list(task.feature_columns)].to_numpy(float))
     y = tr[list(task.target_columns)].to_numpy()
     y = y[:, 0] if y.shape[1] == 1 else y
     model = make_model().fit(X, y)
@@ -253,7 +270,7 @@ def test_invalid_submissions(by_id, tmp_path):
                                                    "diabetes-progression", "multioutput-linear"))
 
     # missing file / not a file / empty
-    _assert_invalid(auc, tmp_path / "none", "no submission.csv", "prediction")
+    _assert_invalid(auc, tmp_path / "none", "no submission.csv", "patient_id", "diagnosis")
     (tmp_path / "dir" / "submission.csv").mkdir(parents=True)
     _assert_invalid(auc, tmp_path / "dir", "not a regular file")
     _write(tmp_path / "empty", "")
@@ -266,12 +283,12 @@ def test_invalid_submissions(by_id, tmp_path):
 
     for task in (auc, ll, acc, reg, multi):
         good = grader.oracle_submission(task)
-        cols = list(task.submission_columns)
+        cols = list(task.value_columns)
 
         w = tmp_path / f"{task.id}-rows"
         w.mkdir()
         good.iloc[:-1].to_csv(w / "submission.csv", index=False)
-        _assert_invalid(task, w, f"{task.n_test - 1} data rows", f"{task.n_test}", "order")
+        _assert_invalid(task, w, f"{task.n_test - 1} data rows", f"{task.n_test}", "one row per test row")
 
         w = tmp_path / f"{task.id}-cols"
         w.mkdir()
@@ -292,7 +309,7 @@ def test_invalid_submissions(by_id, tmp_path):
             w = tmp_path / f"{task.id}-val-{bad or 'blank'}"
             w.mkdir()
             df = good.astype(object)
-            df.iloc[3, 0] = bad
+            df.iloc[3, 1] = bad
             df.to_csv(w / "submission.csv", index=False)
             _assert_invalid(task, w, needle, "row 4")
 
@@ -301,14 +318,14 @@ def test_invalid_submissions(by_id, tmp_path):
         w = tmp_path / f"{task.id}-nonnum"
         w.mkdir()
         df = grader.oracle_submission(task).astype(object)
-        df.iloc[7, 0] = "high"
+        df.iloc[7, 1] = "high"
         df.to_csv(w / "submission.csv", index=False)
         _assert_invalid(task, w, "non-numeric", "'high'", "row 8")
 
         w = tmp_path / f"{task.id}-inf"
         w.mkdir()
         df = grader.oracle_submission(task).astype(float)
-        df.iloc[2, 0] = np.inf
+        df.iloc[2, 1] = np.inf
         df.to_csv(w / "submission.csv", index=False)
         _assert_invalid(task, w, "infinite")
 
@@ -317,13 +334,13 @@ def test_invalid_submissions(by_id, tmp_path):
         w = tmp_path / f"{task.id}-range"
         w.mkdir()
         df = grader.oracle_submission(task).astype(float)
-        df.iloc[5, 0] = value
+        df.iloc[5, 1] = value
         df.to_csv(w / "submission.csv", index=False)
         _assert_invalid(task, w, "outside [0, 1]", "row 6", "predict_proba")
     w = tmp_path / "ll-zero"
     w.mkdir()
     df = grader.oracle_submission(ll).astype(float)
-    df.iloc[1, :] = 0.0
+    df.iloc[1, 1:] = 0.0
     df.to_csv(w / "submission.csv", index=False)
     _assert_invalid(ll, w, "summing to 0")
 
@@ -331,8 +348,8 @@ def test_invalid_submissions(by_id, tmp_path):
     w = tmp_path / "acc-class"
     w.mkdir()
     df = grader.oracle_submission(acc).astype(object)
-    df.iloc[0, 0] = 11
-    df.iloc[1, 0] = 0.73
+    df.iloc[0, 1] = 11
+    df.iloc[1, 1] = 0.73
     df.to_csv(w / "submission.csv", index=False)
     _assert_invalid(acc, w, "not a class", "'11'", "0, 1, 2", "row 1")
 
@@ -349,23 +366,45 @@ def test_lenient_where_harmless(by_id, tmp_path):
     w = tmp_path / "floats"
     w.mkdir()
     df = grader.oracle_submission(acc)
-    df["prediction"] = df["prediction"].astype(float)  # 3.0 is class 3
+    df["digit"] = df["digit"].astype(float)  # 3.0 is class 3
     df.to_csv(w / "submission.csv", index=False)
     assert grade(acc, w).reward >= 0.99
     w = tmp_path / "unnormalised"
     w.mkdir()
-    (grader.oracle_submission(ll) * 0.5)[list(reversed(ll.submission_columns))].to_csv(w / "submission.csv",
-                                                                                       index=False)
+    df = grader.oracle_submission(ll)
+    df[list(ll.value_columns)] *= 0.5
+    df[list(reversed(ll.submission_columns))].to_csv(w / "submission.csv", index=False)
     g = grade(ll, w)
     assert g.status == "ok" and g.reward >= 0.99
+
+
+def test_rows_are_matched_by_id(by_id, tmp_path):
+    t = by_id["imbalanced-rare-noisy"]
+    good = grader.oracle_submission(t)
+    assert grade_frame(t, good.sample(frac=1.0, random_state=0)).reward >= 0.99  # any order
+    ids = good[t.id_column].astype(object)
+    for change, needles in (
+        (lambda d: d.assign(**{t.id_column: ids.where(d.index != 4, "")}), ("missing", "row 5")),
+        (lambda d: d.assign(**{t.id_column: ids.where(d.index != 4, ids[3])}), ("repeats", "row 5")),
+        (lambda d: d.assign(**{t.id_column: ids.where(d.index != 2, 1)}), ("not in test_features.csv", "'1'")),
+        (lambda d: d.drop(columns=[t.id_column]), ("missing", f"Copy the '{t.id_column}' column")),
+    ):
+        g = grade_frame(t, change(good.copy()))
+        assert not g.ok
+        for n in needles:
+            assert n in g.message, (n, g.message)
+    # the same predictions under shuffled rows score the same as in order
+    ref = grader.reference_submission(t)
+    assert grade_frame(t, ref.iloc[::-1]).score == pytest.approx(grade_frame(t, ref).score)
 
 
 # --- external task directories ------------------------------------------------------
 
 
 def _write_task_dir(root: Path, source, *, task_id: str, string_labels: bool = False,
-                    yaml_extra: str = "") -> Path:
-    """A task directory made from a suite task (optionally with text class labels)."""
+                    yaml_extra: str = "", with_id: bool = True) -> Path:
+    """A task directory made from a suite task: with its id column declared (the competition layout; the test
+    labels then carry the ids, shuffled), or without it (rows matched by order); optionally relabelled."""
     d = root / task_id
     d.mkdir(parents=True)
     tr, te = T.train_frame(source), T.test_frame(source)
@@ -376,6 +415,12 @@ def _write_task_dir(root: Path, source, *, task_id: str, string_labels: bool = F
         names = {c: f"kind_{c}" for c in source.classes}
         tr[targets[0]] = tr[targets[0]].map(names)
         labels[targets[0]] = labels[targets[0]].map(names)
+    if with_id:
+        labels.insert(0, source.id_column, te[source.id_column].to_numpy())
+        labels = labels.sample(frac=1.0, random_state=0)
+        yaml_extra = f"id_column: {source.id_column}\n" + yaml_extra
+    else:
+        tr, te = tr.drop(columns=[source.id_column]), te.drop(columns=[source.id_column])
     tr.to_csv(d / "train.csv", index=False)
     te.to_csv(d / "test_features.csv", index=False)
     labels.to_csv(d / "test_labels.csv", index=False)
@@ -394,8 +439,9 @@ def test_external_round_trip(by_id, tmp_path):
     t = external.load_task_dir(d, cache_dir=cache)
     assert (t.id, t.metric, t.split, t.family, t.budget_s, t.suite) == (
         "wine-text", "macro_f1", "test_id", "tabular-multiclass", 90, "external")
-    assert t.classes == ("kind_0", "kind_1", "kind_2") and t.n_test == wine.n_test
-    assert "A plugged-in competition." in t.description and f"{t.n_test} rows × 13 columns" in t.description
+    assert t.classes == ("kind_barbera", "kind_barolo", "kind_grignolino") and t.n_test == wine.n_test
+    assert t.submission_columns == ("Id", "cultivar") and "Id" not in t.feature_columns
+    assert "A plugged-in competition." in t.description and f"{t.n_test} rows × 14 columns" in t.description
     assert t.baseline == pytest.approx(wine.baseline) and t.reference == pytest.approx(wine.reference, abs=1e-6)
     assert len(list(cache.glob("wine-text-*.json"))) == 1  # the computed reference is cached
     assert external.load_task_dir(d, cache_dir=cache) == t
@@ -406,9 +452,16 @@ def test_external_round_trip(by_id, tmp_path):
     assert grade_frame(t, grader.oracle_submission(t)).reward >= 0.99
     assert grade_frame(t, grader.baseline_submission(t)).reward <= 0.01
     bad = grader.oracle_submission(t)
-    bad.iloc[0, 0] = "kind_9"
+    bad.iloc[0, 1] = "kind_9"
     g = grade_frame(t, bad)
-    assert g.status == "invalid" and "kind_0" in g.message
+    assert g.status == "invalid" and "kind_barolo" in g.message
+    # the same data without its id column: rows matched by order, the legacy `prediction` / `p_<class>` layout
+    plain = external.load_task_dir(_write_task_dir(tmp_path / "plain", by_id["iris-species"], task_id="iris-plain",
+                                                   with_id=False), cache_dir=cache)
+    assert plain.submission_columns == ("p_setosa", "p_versicolor", "p_virginica") and plain.id_column is None
+    assert grade_frame(plain, grader.oracle_submission(plain)).reward >= 0.99
+    shuffled = grader.reference_submission(plain).iloc[::-1]
+    assert grade_frame(plain, shuffled).score > grade_frame(plain, grader.reference_submission(plain)).score
 
     # multi-output regression with a sample submission; pinned baseline/reference from task.yaml
     mo = by_id["multioutput-linear"]
@@ -417,7 +470,7 @@ def test_external_round_trip(by_id, tmp_path):
     sample.to_csv(d2 / "sample_submission.csv", index=False)
     t2 = external.load_task_dir(d2, cache_dir=cache)
     assert (t2.baseline, t2.reference, t2.task_type) == (150.0, 40.0, "multi-output")
-    assert t2.submission_columns == mo.target_columns
+    assert t2.submission_columns == mo.submission_columns == ("store_id", *mo.target_columns)
     T.materialize(t2, tmp_path / "work2")
     assert sorted(p.name for p in (tmp_path / "work2").iterdir()) == [
         "sample_submission.csv", "test_features.csv", "train.csv"]
@@ -462,8 +515,8 @@ def test_external_inconsistent_files(by_id, tmp_path):
     iris = by_id["iris-species"]
     cases = []
     d = _write_task_dir(tmp_path / "a", iris, task_id="a", yaml_extra="")
-    (d / "task.yaml").write_text("id: a\nmetric: accuracy\ntarget: species\n")
-    cases.append((d, "train.csv", "species"))
+    (d / "task.yaml").write_text("id: a\nmetric: accuracy\ntarget: variety\n")
+    cases.append((d, "train.csv", "variety"))
     d = _write_task_dir(tmp_path / "b", iris, task_id="b")
     pd.read_csv(d / "test_labels.csv").iloc[:-1].to_csv(d / "test_labels.csv", index=False)
     cases.append((d, "test_labels.csv", "rows"))
@@ -472,7 +525,15 @@ def test_external_inconsistent_files(by_id, tmp_path):
     cases.append((d, "test_features.csv", "feature columns"))
     d = _write_task_dir(tmp_path / "d", iris, task_id="d")
     pd.DataFrame({"prediction": [0.5] * iris.n_test}).to_csv(d / "sample_submission.csv", index=False)
-    cases.append((d, "sample_submission.csv", "p_0"))
+    cases.append((d, "sample_submission.csv", "'Id', 'setosa', 'versicolor', 'virginica'"))
+    d = _write_task_dir(tmp_path / "f", iris, task_id="f")
+    te = pd.read_csv(d / "test_features.csv")
+    te.loc[1, "Id"] = te.loc[0, "Id"]
+    te.to_csv(d / "test_features.csv", index=False)
+    cases.append((d, "test_features.csv", "id column 'Id' must name every row once"))
+    d = _write_task_dir(tmp_path / "g", iris, task_id="g")
+    pd.read_csv(d / "test_labels.csv").assign(Id=lambda f: f.Id + 10_000).to_csv(d / "test_labels.csv", index=False)
+    cases.append((d, "test_labels.csv", "must hold the ids of test_features.csv"))
     d = _write_task_dir(tmp_path / "e", iris, task_id="e")
     (d / "train.csv").write_text("")
     cases.append((d, "train.csv", "CSV"))
@@ -484,7 +545,7 @@ def test_external_inconsistent_files(by_id, tmp_path):
     dup = tmp_path / "dup"
     _write_task_dir(dup, iris, task_id="one")
     other = _write_task_dir(dup, iris, task_id="two")
-    (other / "task.yaml").write_text("id: one\nmetric: log_loss\ntarget: target\n")
+    (other / "task.yaml").write_text("id: one\nmetric: log_loss\ntarget: species\n")
     with pytest.raises(ValueError, match="already used"):
         external.load_task_root(dup, cache_dir=tmp_path / "cache")
     (tmp_path / "empty" / ".git").mkdir(parents=True)
@@ -510,10 +571,11 @@ def test_external_user_mistakes_are_one_line_that_says_what_to_do(by_id, tmp_pat
     cases.append((d, "test_features.csv", "'Unnamed: 0'): a pandas index written with the data; write it with "
                                           "df.to_csv(path, index=False)"))
     d = _write_task_dir(tmp_path / "c", by_id["diabetes-progression"], task_id="c")
-    (d / "task.yaml").write_text("id: c\nmetric: accuracy\ntarget: target\n")
-    cases.append((d, "task.yaml", "metric 'accuracy' scores class labels, but target 'target' looks continuous"))
-    d = _write_task_dir(tmp_path / "d", by_id["bc-diagnosis"], task_id="d", yaml_extra="positive_label: yes\n")
-    _yes_no(d, "target")
+    (d / "task.yaml").write_text("id: c\nmetric: accuracy\ntarget: progression\n")
+    cases.append((d, "task.yaml", "metric 'accuracy' scores class labels, but target 'progression' looks continuous"))
+    d = _write_task_dir(tmp_path / "d", by_id["binary-hastie"], task_id="d", yaml_extra="positive_label: yes\n",
+                        with_id=False)
+    _yes_no(d, "outcome")
     cases.append((d, "task.yaml", 'holds the boolean True but the labels are'))
     for d, name, needle in cases:
         with pytest.raises(ValueError) as info:
@@ -521,7 +583,7 @@ def test_external_user_mistakes_are_one_line_that_says_what_to_do(by_id, tmp_pat
         msg = str(info.value)
         assert msg.startswith(str(d / name)) and needle in msg and "\n" not in msg, msg
 
-    (d / "task.yaml").write_text('id: d\nmetric: roc_auc\ntarget: target\npositive_label: "yes"\n')  # quoted: fine
+    (d / "task.yaml").write_text('id: d\nmetric: roc_auc\ntarget: outcome\npositive_label: "yes"\n')  # quoted: fine
     assert external.load_task_dir(d, cache_dir=tmp_path / "cache").classes == ("no", "yes")
 
 

@@ -65,12 +65,14 @@ def test_held_out_columns_are_summarised_before_and_after_with_each_seeds_change
     held = summarize(runs)["modes"]["wmrl"]["held_out"]
     assert held["test_ood"]["before"] == pytest.approx(0.2) and held["test_ood"]["after"] == pytest.approx(0.4)
     assert held["test_ood"]["change_per_seed"] == pytest.approx([-0.1, 0.2, 0.3])
+    assert held["test_ood"]["change_interval"] == pytest.approx([-0.1, 0.3])  # one fall in three: no fall shown
     assert held["test_ood_ok"]["after"] == 0.75 and held["test_ood_parsed"]["change_per_seed"] == [None] * 3
     assert held["test_id"]["change_per_seed"] == pytest.approx([0.4] * 3)
     from wmrl.bench.speedup import held_out_lines
 
     lines = held_out_lines(summarize(runs)["modes"])
-    assert "| wmrl | 0.100 → 0.500 (+0.400) | 0.200 → 0.400 (-0.100) | 0.500 → 0.750 (+0.250) |" in "\n".join(lines)
+    assert ("| wmrl | 0.100 → 0.500 (+0.400; [+0.400, +0.400]) | 0.200 → 0.400 (-0.100; [-0.100, +0.300]) | "
+            "0.500 → 0.750 (+0.250; [+0.250, +0.250]) |") in "\n".join(lines)
 
 
 def test_vla_targets_count_simulator_episodes_and_wall_clock_to_real_final():

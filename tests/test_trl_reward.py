@@ -38,8 +38,8 @@ from sklearn.preprocessing import StandardScaler
 train = pd.read_csv("train.csv")
 test = pd.read_csv("test_features.csv")
 model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-model.fit(train.drop(columns=["target"]), train["target"])
-pd.DataFrame({"prediction": model.predict(test)}).to_csv("submission.csv", index=False)
+model.fit(train.drop(columns=["Id", "cultivar"]), train["cultivar"])
+pd.DataFrame({"Id": test["Id"], "cultivar": model.predict(test.drop(columns=["Id"]))}).to_csv("submission.csv", index=False)
 """
 INFRA_MARK = "# the sandbox slot running this dies"
 

@@ -20,10 +20,12 @@ replies are nearly always valid Python -- and the action space RL explores is
 "which lines, which numbers". The 256 bytes of the ByteLevel alphabet are
 always in the vocabulary, so any text encodes.
 
-Training is deterministic given the seed as long as it finishes its epochs
-inside `max_minutes`; on a slower (or busier) machine it stops at the budget
-with the learning-rate schedule compressed to fit (the schedule follows
-max(step fraction, time fraction)), so the weights then depend on the speed.
+Training is deterministic given the seed as long as it finishes its step
+budget (`AgentConfig.max_steps`, else its epochs) inside `max_minutes`; on a
+slower (or busier) machine it stops at the time guard with the learning-rate
+schedule compressed to fit (the schedule follows max(step fraction, time
+fraction)), so the weights then depend on the speed; `stopped_by` in the
+agent's metadata says which bound ended it.
 The first steps alternate `threads` and 1 torch thread and keep the faster (on
 a shared CPU one thread often wins). The cache key also hashes this file's,
 corpus.py's and protocol.py's source, so editing the generator, the prompt
@@ -78,7 +80,10 @@ class AgentConfig:
     weight_decay: float = 0.01
     batch_tokens: int = 6144  # padded tokens per batch (length-bucketed batches)
     max_batch_size: int = 32
-    epochs: int = 20  # an upper bound: max_minutes usually stops it first
+    epochs: int = 20  # an upper bound
+    #: the step budget (0: epochs only); the weights then do not depend on the machine's speed unless
+    #: `max_minutes` (a guard) stops the run first
+    max_steps: int = 0
     grad_clip: float = 1.0
     threads: int = 2  # torch threads for SFT (a probe falls back to 1 when that is faster)
 
@@ -182,6 +187,8 @@ def sft(model, tokenizer, examples: Sequence[tuple[str, str]], cfg: AgentConfig,
         raise ValueError("no SFT example fits the model context")
     batches = _batches([len(p) + len(r) for p, r in zip(prompts, replies)], cfg)
     total_steps = cfg.epochs * len(batches)
+    if cfg.max_steps:
+        total_steps = min(total_steps, cfg.max_steps)
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
@@ -198,7 +205,7 @@ def sft(model, tokenizer, examples: Sequence[tuple[str, str]], cfg: AgentConfig,
         for b_i, b in enumerate(rng.permutation(len(batches))):
             progress = max(step / total_steps, (time.perf_counter() - t0) / max_seconds)
             if progress >= 1.0:
-                stopped_by = "time"
+                stopped_by = "steps" if step >= total_steps else "time"
                 break
             warm = min(1.0, (step + 1) / cfg.warmup_steps)
             cos = 0.5 * (1 + math.cos(math.pi * progress))

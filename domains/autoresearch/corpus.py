@@ -10,21 +10,22 @@ and a minority good: the agent that is fine-tuned on them starts where RL has
 room to improve.
 
 The data contract every script follows: the working directory holds
-`train.csv` (feature columns + target column(s)) and `test_features.csv` (the
-same feature columns); the script writes `submission.csv` with the rows in the
-order of test_features.csv:
+`train.csv` (an optional id column, feature columns, target column(s)) and
+`test_features.csv` (the id and feature columns); the script writes
+`submission.csv` with the columns `spec.columns` after the id column (if the
+task has one; rows then go in any order, else in the order of
+test_features.csv):
 
-* single target, label metrics (accuracy, macro_f1) and regression metrics
-  (r2, rmse): one column `prediction`;
-* single target, probability metrics (roc_auc, log_loss): the columns
-  `spec.proba_columns`, `predict_proba` in sorted class order -- or, for
-  binary ROC AUC with `proba_columns == ("prediction",)` (POSITIVE_PROBA), one
-  column `prediction` holding the probability of the positive (last) class;
-* multioutput: one column per target, named as the target (probability
-  metrics are not supported for multioutput: labels are written instead).
+* label metrics (accuracy, macro_f1) and regression metrics (r2, rmse): one
+  column (the target's name, or `prediction` for a task without an id column);
+* probability metrics (roc_auc, log_loss): one column holding the positive
+  (last) class's probability, or one column per class in sorted class order
+  (`predict_proba`'s columns);
+* multioutput: one column per target, named as the target.
 
-Features are assumed numeric (NaNs allowed; some scripts fill them, most
-estimators other than HistGradientBoosting then fail, which is a real outcome).
+Text (categorical) columns are encoded (one-hot, ordinal, or dropped) and
+empty cells filled where the task has them; scripts for tasks without them do
+so sometimes too, harmlessly.
 
 The examples are written in the chat protocol the agent is prompted in
 (`protocol.py`).
@@ -42,27 +43,28 @@ import numpy as np
 
 from wmrl.domains.autoresearch.feedback import report
 from wmrl.domains.autoresearch.protocol import format_prompt, format_reply, next_observation
-from wmrl.domains.autoresearch.tasks import render_description, submission_columns_for
+from wmrl.domains.autoresearch.tasks import TEXT, render_description, value_columns_for
 
 #: bump when the scripts or the prompt format change: it keys the agent cache
-CORPUS_VERSION = "ar-corpus-v6"
+CORPUS_VERSION = "ar-corpus-v7"
 
 KINDS = ("classification", "regression", "multioutput")
 METRICS = ("accuracy", "macro_f1", "roc_auc", "log_loss", "r2", "rmse")
 _REGRESSION_METRICS = ("r2", "rmse")
 _PROBA_METRICS = ("roc_auc", "log_loss")
-#: binary ROC AUC: the positive class's probability goes in the `prediction` column
-POSITIVE_PROBA = ("prediction",)
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """What a solution script needs to know about a task (the integrator maps real tasks to it)."""
+    """What a solution script needs to know about a task (`spec_for` maps a task to it)."""
 
     kind: str  # "classification" | "regression" | "multioutput"
     targets: tuple[str, ...]  # target column name(s) in train.csv
     metric: str  # accuracy | macro_f1 | roc_auc | log_loss | r2 | rmse
-    proba_columns: tuple[str, ...] = ()  # roc_auc/log_loss: predict_proba columns in class order
+    columns: tuple[str, ...]  # the submission's prediction columns (after the id column, if any)
+    id_column: str | None = None
+    text: bool = False  # some feature columns hold text categories
+    missing: bool = False  # some feature cells are empty
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -77,10 +79,8 @@ class TaskSpec:
             raise ValueError(f"a regression task needs r2 or rmse, got {self.metric!r}")
         if self.kind == "classification" and self.metric in _REGRESSION_METRICS:
             raise ValueError(f"a classification task cannot use {self.metric!r}")
-        if (self.kind == "classification" and self.metric in _PROBA_METRICS and len(self.proba_columns) < 2
-                and self.proba_columns != POSITIVE_PROBA):
-            raise ValueError(f"metric {self.metric!r} needs proba_columns (one per class, or {POSITIVE_PROBA} "
-                             "for the positive class's probability)")
+        if not self.columns or (self.multi and len(self.columns) != len(self.targets)):
+            raise ValueError(f"TaskSpec.columns must name the submission's prediction columns, got {self.columns!r}")
 
     @property
     def regression(self) -> bool:
@@ -93,6 +93,11 @@ class TaskSpec:
     @property
     def proba(self) -> bool:
         return self.kind == "classification" and self.metric in _PROBA_METRICS
+
+    @property
+    def positive_proba(self) -> bool:
+        """One probability column: the positive (last) class's."""
+        return self.proba and len(self.columns) == 1
 
 
 # ----------------------------------------------------------------------------- estimator families
@@ -232,6 +237,8 @@ _FAMILIES: list[tuple[Callable[..., _Est], float]] = [
 ]
 #: probability that a script's hyperparameters are drawn from the good range
 GOOD_FRACTION = 0.25
+#: the share of scripts that copy the id and target names from the description instead of reading the files
+COPIED = 0.15
 
 
 # ----------------------------------------------------------------------------- script assembly
@@ -253,7 +260,7 @@ def _holdout_metric(spec: TaskSpec, yv: str, model: str, xv: str, imports: set[s
     if spec.metric == "log_loss":
         imports.add("from sklearn.metrics import log_loss")
         return "log loss", f"log_loss({yv}, {model}.predict_proba({xv}), labels={model}.classes_)"
-    if spec.metric == "roc_auc" and (len(spec.proba_columns) == 2 or spec.proba_columns == POSITIVE_PROBA):
+    if spec.metric == "roc_auc" and (len(spec.columns) == 2 or spec.positive_proba):
         imports.add("from sklearn.metrics import roc_auc_score")
         return "ROC AUC", f"roc_auc_score({yv}, {model}.predict_proba({xv})[:, 1])"
     imports.add("from sklearn.metrics import accuracy_score")
@@ -265,7 +272,7 @@ def _cv_scoring(spec: TaskSpec) -> str | None:
         return None
     return {
         "accuracy": "accuracy", "macro_f1": "f1_macro", "log_loss": "neg_log_loss",
-        "roc_auc": "roc_auc" if len(spec.proba_columns) == 2 or spec.proba_columns == POSITIVE_PROBA else "roc_auc_ovr",
+        "roc_auc": "roc_auc" if len(spec.columns) == 2 or spec.positive_proba else "roc_auc_ovr",
         "r2": "r2", "rmse": "neg_root_mean_squared_error",
     }[spec.metric]
 
@@ -297,19 +304,25 @@ def generate_script(spec: TaskSpec, rng: np.random.Generator) -> str:
     tr, te = _pick(rng, [("train", "test"), ("train_df", "test_df"), ("df", "test")])
     lines += [f'{tr} = pd.read_csv("train.csv")', f'{te} = pd.read_csv("test_features.csv")']
 
-    # the target(s): named from the spec, or found as the columns the test file lacks
+    # the id column, the target(s) and the features: mostly read off the files (the id comes first, the targets
+    # are the columns the test file lacks) rather than copied from the description, which a small LM gets wrong
+    if spec.id_column:
+        lines.append(f"ID = {_q(spec.id_column)}" if rng.random() < COPIED else f"ID = {te}.columns[0]")
     tgt = "TARGETS" if spec.multi else "TARGET"
-    if rng.random() < 0.5:
+    if rng.random() < COPIED:
         lines.append(f"{tgt} = {_q(list(spec.targets))}" if spec.multi else f"{tgt} = {_q(spec.targets[0])}")
     else:
         lines.append(f"{tgt} = [c for c in {tr}.columns if c not in {te}.columns]" + ("" if spec.multi else "[0]"))
     if rng.random() < 0.5:
-        lines.append(f"FEATURES = list({te}.columns)")
+        lines.append(f"FEATURES = [c for c in {te}.columns if c != ID]" if spec.id_column
+                     else f"FEATURES = list({te}.columns)")
     else:
         cond = f"c not in {tgt}" if spec.multi else f"c != {tgt}"
-        lines.append(f"FEATURES = [c for c in {tr}.columns if {cond}]")
+        lines.append(f"FEATURES = [c for c in {tr}.columns if {cond}" + (" and c != ID]" if spec.id_column else "]"))
     lines += [f"X = {tr}[FEATURES]", f"y = {tr}[{tgt}]", f"X_test = {te}[FEATURES]"]
-    if rng.random() < 0.3:
+    if spec.text or rng.random() < 0.15:
+        lines += _encode_text(spec, rng, imports)
+    if spec.missing or rng.random() < 0.3:  # (PCA, SelectKBest and most estimators refuse NaN)
         lines += ["X = X.fillna(X.median())", "X_test = X_test.fillna(X.median())"]
     if est.subsample:
         lines += ["if len(X) > 3000:  # kernel methods are quadratic in the rows",
@@ -367,33 +380,50 @@ def generate_script(spec: TaskSpec, rng: np.random.Generator) -> str:
     if refit:
         lines.append("model.fit(X, y)")
 
-    # the submission
-    if spec.proba and spec.proba_columns == POSITIVE_PROBA:
-        lines.append("pred = model.predict_proba(X_test)[:, 1]")
-        frame = 'pd.DataFrame({"prediction": pred})'
-    elif spec.proba:
+    # the submission: the id column first when the task has one
+    idv = f"{te}[ID]"
+    single = "TARGET" if not spec.multi and spec.columns == spec.targets and rng.random() >= COPIED \
+        else _q(spec.columns[0])
+    insert = False
+    if spec.proba and not spec.positive_proba:
         lines.append("proba = model.predict_proba(X_test)")
-        if _is_p_i(spec.proba_columns) and rng.random() < 0.5:
+        if spec.id_column and rng.random() >= COPIED:
+            cols = "[str(c) for c in model.classes_]"
+        elif _is_p_i(spec.columns) and rng.random() < 0.5:
             cols = '[f"p_{i}" for i in range(proba.shape[1])]'
         else:
-            cols = _q(list(spec.proba_columns))
-        frame = f"pd.DataFrame(proba, columns={cols})"
+            cols = _q(list(spec.columns))
+        frame, insert = f"pd.DataFrame(proba, columns={cols})", bool(spec.id_column)
     elif spec.multi:
         lines.append("pred = model.predict(X_test)")
-        frame = f"pd.DataFrame(pred, columns={tgt})"
+        frame, insert = f"pd.DataFrame(pred, columns={tgt})", bool(spec.id_column)
     else:
-        lines.append("pred = model.predict(X_test)")
-        frame = 'pd.DataFrame({"prediction": pred})'
-    if rng.random() < 0.5:
-        lines += [f"submission = {frame}", 'submission.to_csv("submission.csv", index=False)']
-        if rng.random() < 0.4:
-            lines.append('print("wrote submission.csv", submission.shape)')
-    else:
-        lines.append(f'{frame}.to_csv("submission.csv", index=False)')
+        lines.append("pred = model.predict_proba(X_test)[:, 1]" if spec.proba else "pred = model.predict(X_test)")
+        columns = f"ID: {idv}, {single}: pred" if spec.id_column else f"{single}: pred"
+        frame = f"pd.DataFrame({{{columns}}})"
+    lines.append(f"submission = {frame}")
+    if insert:
+        lines.append(f"submission.insert(0, ID, {idv}.values)")
+    lines.append('submission.to_csv("submission.csv", index=False)')
+    if rng.random() < 0.4:
+        lines.append('print("wrote submission.csv", submission.shape)')
 
-    if any(re.search(r"\bnp\.", line) for line in lines if not line.startswith("#")):
-        imports.add("import numpy as np")
+    imports.add("import numpy as np")  # written only where a line uses np.
     return "\n".join(_imports_where_used(imports, lines)) + "\n"
+
+
+def _encode_text(spec: TaskSpec, rng: np.random.Generator, imports: set[str]) -> list[str]:
+    """Text columns made numeric: one-hot (aligned on the test side), ordinal codes, or dropped."""
+    r = rng.random()
+    if r < 0.45:
+        return ["X = pd.get_dummies(X)", "X_test = pd.get_dummies(X_test).reindex(columns=X.columns, fill_value=0)"]
+    if r < 0.8 and spec.text:
+        imports.add("from sklearn.preprocessing import OrdinalEncoder")
+        return ['TEXT_COLS = list(X.select_dtypes(exclude="number").columns)',
+                'encoder = OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1)',
+                "X[TEXT_COLS] = encoder.fit_transform(X[TEXT_COLS])",
+                "X_test[TEXT_COLS] = encoder.transform(X_test[TEXT_COLS])"]
+    return ['X = X.select_dtypes("number")', "X_test = X_test[X.columns]"]
 
 
 def task_comment(spec: TaskSpec) -> str:
@@ -490,7 +520,7 @@ def augment_description(description: str, spec: TaskSpec, rng: np.random.Generat
     copies, the agent keeps writing valid scripts for descriptions it has never
     seen (the held-out tasks) instead of relying on every line it memorised.
     """
-    keys = [*spec.targets, *spec.proba_columns, spec.metric]
+    keys = [*spec.targets, *spec.columns, spec.metric, *([spec.id_column] if spec.id_column else [])]
     out = []
     for line in description.splitlines():
         if any(k in line for k in keys):
@@ -520,12 +550,12 @@ _TASK_TYPES = {"classification": ("binary", "multiclass"), "regression": ("regre
                "multioutput": ("multi-output",)}
 
 
-def spec_for(task_type: str, targets: Sequence[str], metric: str, submission_columns: Sequence[str]) -> TaskSpec:
+def spec_for(task_type: str, targets: Sequence[str], metric: str, columns: Sequence[str],
+             id_column: str | None = None, text: bool = False, missing: bool = False) -> TaskSpec:
     """The script generator's view of a task of the suite's format (`ARTask`'s fields)."""
     kind = next(k for k, types in _TASK_TYPES.items() if task_type in types)
-    # for binary ROC AUC the grader reads the positive class's probability from `prediction`
-    proba = tuple(submission_columns) if metric in _PROBA_METRICS else ()
-    return TaskSpec(kind=kind, targets=tuple(targets), metric=metric, proba_columns=proba)
+    return TaskSpec(kind=kind, targets=tuple(targets), metric=metric, columns=tuple(columns), id_column=id_column,
+                    text=text, missing=missing)
 
 
 def _feature_names(rng: np.random.Generator, d: int, avoid: Sequence[str]) -> list[str]:
@@ -540,17 +570,39 @@ def _feature_names(rng: np.random.Generator, d: int, avoid: Sequence[str]) -> li
     return names + [f"{_pick(rng, ['x', 'f', 'extra_'])}{i}" for i in range(d - len(names))]
 
 
+#: how competitions name the id column, class labels that are words, and text columns with their levels
+_ID_NAMES = ("id", "id", "Id", "ID", "row_id", "customer_id", "sample_id", "record_id", "user_id", "item_id")
+_CLASS_WORDS = (("no", "yes"), ("negative", "positive"), ("bad", "good"), ("benign", "malignant"), ("ham", "spam"),
+                ("low", "medium", "high"), ("cat", "dog", "bird"), ("setosa", "versicolor", "virginica"),
+                ("none", "minor", "major", "critical"), ("north", "south", "east", "west"))
+_TEXT_COLUMNS = ("region", "segment", "channel", "plan", "tier", "colour", "device", "source", "city", "brand",
+                 "gender", "category", "sector", "status")
+_TEXT_LEVELS = (("red", "green", "blue", "amber"), ("north", "south", "east", "west"), ("basic", "plus", "premium"),
+                ("alpha", "beta", "gamma", "delta"), ("A", "B", "C", "D", "E"), ("web", "store", "phone"))
+
+
+def _classes(rng: np.random.Generator, k: int, words: bool) -> tuple:
+    if words:
+        fitting = [c for c in _CLASS_WORDS if len(c) == k]
+        if fitting:
+            return tuple(sorted(_pick(rng, fitting)))
+        return tuple(f"{_pick(rng, ['class_', 'type_', 'c'])}{i}" for i in range(k))
+    start = int(_pick(rng, [0, 0, 0, 1]))
+    return tuple(range(start, start + k))
+
+
 def synthetic_task(rng: np.random.Generator) -> tuple[TaskSpec, str]:
     """A random task of any kind, metric and schema, described exactly as the bundled suite describes its own.
 
     Mixed into the corpus so the agent learns to read what a description says
-    (the target's name, regression or classification, the metric, the
-    submission's columns) rather than memorise the training tasks: a regression
-    task need not be among them for it to write a regressor, nor a target be
-    called `target` for it to find it. The layouts come from `ARTask` itself
-    (`submission_columns`), so they are the grader's.
+    (the id and target names, regression or classification, the metric, the
+    submission's columns, text columns and empty cells) rather than memorise the
+    training tasks: a regression task need not be among them for it to write a
+    regressor, nor a target be called `target` for it to find it. The layouts
+    come from `tasks.submission_columns_for`, so they are the grader's.
     """
     kind = _pick(rng, ["classification"] * 3 + ["regression"] * 2 + ["multioutput"])
+    id_column = _pick(rng, _ID_NAMES) if rng.random() < 0.75 else None
     classes: tuple | None = None
     if kind == "multioutput":
         t = int(rng.integers(2, 5))
@@ -567,20 +619,31 @@ def synthetic_task(rng: np.random.Generator) -> tuple[TaskSpec, str]:
     else:
         targets = (_pick(rng, _CLASS_TARGETS),)
         k = int(_pick(rng, [2, 2, 2, 3, 4, 5, 7, 10]))
-        classes = tuple(range(k))
-        task_type, target_dtype = ("binary" if k == 2 else "multiclass"), "int64"
+        classes = _classes(rng, k, words=rng.random() < 0.5)
+        task_type = "binary" if k == 2 else "multiclass"
+        target_dtype = "int64" if isinstance(classes[0], int) else TEXT
         metric = _pick(rng, ["accuracy", "macro_f1", "roc_auc", "log_loss"])
     d = int(rng.integers(3, 40))
-    features = _feature_names(rng, d, targets)
+    features = _feature_names(rng, d, (*targets, id_column or ""))
     dtypes = [_pick(rng, ["float64"] * 4 + ["int64"]) for _ in range(d)]
+    categories = {}
+    if rng.random() < 0.35:
+        names = [n for n in _TEXT_COLUMNS if n not in features and n not in targets]
+        for j, name in zip(rng.choice(d, size=min(d, int(rng.integers(1, 4))), replace=False), rng.permutation(names)):
+            features[j], dtypes[j] = str(name), TEXT
+            categories[str(name)] = _pick(rng, _TEXT_LEVELS)
+    numeric = [f for f, dt in zip(features, dtypes) if dt != TEXT]
+    missing = [numeric[int(i)] for i in sorted(rng.choice(len(numeric), size=max(1, len(numeric) // 4),
+                                                          replace=False))] if rng.random() < 0.35 and numeric else []
     n_train = int(rng.integers(100, 20000))
-    submission = submission_columns_for(metric, task_type, classes, targets)
     description = render_description(
         title="-".join(_pick(rng, _WORDS[:60]) for _ in range(2)), blurb=_noise_line(rng, _WORDS),
         metric=metric, budget_s=int(_pick(rng, [30, 60, 90, 120])), task_type=task_type, n_train=n_train,
         n_test=max(20, n_train // int(_pick(rng, [2, 3, 4, 5]))), feature_columns=features, feature_dtypes=dtypes,
-        target_columns=targets, target_dtype=target_dtype, classes=classes, submission_columns=submission)
-    return spec_for(task_type, targets, metric, submission), description
+        target_columns=targets, target_dtype=target_dtype, classes=classes, id_column=id_column,
+        categories=categories, missing_columns=missing, sample_submission=bool(id_column) or rng.random() < 0.5)
+    columns = value_columns_for(metric, task_type, classes, targets, id_column)
+    return spec_for(task_type, targets, metric, columns, id_column, bool(categories), bool(missing)), description
 
 
 def generate_corpus(specs_and_prompts: Sequence[tuple[TaskSpec, str]], n: int, seed: int = 0, *,
@@ -600,7 +663,7 @@ def generate_corpus(specs_and_prompts: Sequence[tuple[TaskSpec, str]], n: int, s
     if not pairs:
         raise ValueError("generate_corpus needs at least one (TaskSpec, description) pair")
     # noise words: the tasks' own vocabulary, minus anything that names a target, a column or a kind of task
-    names = {n for spec, _ in pairs for n in (*spec.targets, *spec.proba_columns)} | set(METRICS) | {""}
+    names = {n for spec, _ in pairs for n in (*spec.targets, *spec.columns, spec.id_column or "")} | set(METRICS)
     words = {w.strip(".,;:()`*#") for _, d in pairs for w in d.split()} | set(_WORDS)
     pool = sorted(w for w in words - names if not any(k in w.lower() for k in ("regress", "classif", "probab", "binary",
                                                                                 "multi", "output")))

@@ -28,7 +28,7 @@ from wmrl.domains.autoresearch.corpus import TaskSpec, spec_for
 from wmrl.domains.autoresearch.episodes import FINALS
 from wmrl.domains.autoresearch.protocol import extract_code
 from wmrl.domains.autoresearch.suite import load_suite
-from wmrl.domains.autoresearch.tasks import ARTask, split
+from wmrl.domains.autoresearch.tasks import ARTask, split, test_frame, train_frame
 from wmrl.lm.engines import ENGINES
 from wmrl.lm.lora import LoraSettings
 
@@ -51,7 +51,8 @@ class AutoResearchConfig:
     memory_mb: int = 2048
     agent: str = "default"  # "default": the embedded agent built locally; else a HF model path or Hub id
     agent_examples: int = 1500  # SFT corpus size for the embedded agent
-    agent_max_minutes: float = 4.0
+    agent_steps: int = 600  # its SFT step budget (0: epochs only)
+    agent_max_minutes: float = 6.0  # a guard: on a slow machine the SFT stops here, its schedule compressed
     max_new_tokens: int = 320
     temperature: float = 1.0
     #: where replies are sampled: "hf" (this process) or "vllm" (a vLLM server, weights synced after each update)
@@ -64,6 +65,7 @@ class AutoResearchConfig:
 
     def validate(self) -> None:
         at_least(self, "domain", 1, "turns", "max_new_tokens", "memory_mb", "rollout_servers")
+        at_least(self, "domain", 0, "agent_steps")
         if (self.rollout_servers > 1 or self.rollout_devices) and self.rollout != "vllm":
             raise ValueError("domain.rollout_servers > 1 and domain.rollout_devices need domain.rollout=vllm (the "
                              "hf engine samples in this process)")
@@ -125,7 +127,12 @@ class CodeLLMConfig(WorldModelConfig):
 
 def task_spec(task: ARTask) -> TaskSpec:
     """What a solution script must know about a task (the corpus generator's input)."""
-    return spec_for(task.task_type, task.target_columns, task.metric, task.submission_columns)
+    import pandas as pd
+
+    features = pd.concat([train_frame(task), test_frame(task)])[list(task.feature_columns)]
+    text = any(not pd.api.types.is_numeric_dtype(features[c]) for c in features.columns)
+    return spec_for(task.task_type, task.target_columns, task.metric, task.value_columns, task.id_column, text,
+                    bool(features.isna().to_numpy().any()))
 
 
 @DOMAINS.register("autoresearch")
@@ -153,13 +160,14 @@ class AutoResearchDomain(Domain):
     def agent_path(self) -> str:
         if self.cfg.agent != "default":
             return self.cfg.agent
-        from wmrl.domains.autoresearch.agent import build_default_agent
+        from wmrl.domains.autoresearch.agent import AgentConfig, build_default_agent
 
         train = split(self.suite, "train")
         cache = Path(self.cfg.cache_dir) / "agents" if self.cfg.cache_dir else None
         return str(build_default_agent(
             cache, specs_and_prompts=[(task_spec(t), t.description) for t in train],
             n_examples=self.cfg.agent_examples, max_minutes=self.cfg.agent_max_minutes,
+            config=AgentConfig(max_steps=self.cfg.agent_steps),
         ))
 
     def provenance(self) -> dict[str, str]:

@@ -3,11 +3,11 @@
 One directory per task (the format is documented in `docs/autoresearch_tasks.md`):
 
     my-task/
-      task.yaml              id, metric, target (+ optional budget_s, family, split, baseline, reference, ...)
+      task.yaml              id, metric, target (+ optional id_column, budget_s, family, split, baseline, ...)
       description.md         what the agent reads (the data inventory and submission format are appended)
       train.csv              features + target column(s)
       test_features.csv      the same feature columns, no target
-      test_labels.csv        the target column(s) for the test rows, same order: hidden, grader only
+      test_labels.csv        the target column(s) for the test rows (same order, or with the id column): hidden
       sample_submission.csv  optional; copied to the work directory; its header must match the submission
 
 Anything wrong with a directory is a `ValueError` that names the file and what is wrong.
@@ -25,7 +25,7 @@ from typing import Any
 
 from wmrl.core.types import SPLITS
 from wmrl.domains.autoresearch.tasks import (
-    METRICS, PUBLIC_FILES, ARTask, label_key, render_description,
+    METRICS, PUBLIC_FILES, SAMPLE_SUBMISSION, TEXT, ARTask, label_key, render_description, submission_columns_for,
 )
 
 REQUIRED_FILES = {
@@ -35,11 +35,13 @@ REQUIRED_FILES = {
     "test_features.csv": "the test rows' feature columns",
     "test_labels.csv": "the hidden target column(s) of the test rows",
 }
-OPTIONAL_FILES = ("sample_submission.csv",)
+OPTIONAL_FILES = (SAMPLE_SUBMISSION,)
 YAML_KEYS = {
     "id": "required: the task id (letters, digits, '.', '_', '-')",
     "metric": f"required: one of {', '.join(METRICS)}",
     "target": "required: the target column of train.csv, or a list of them (multi-output regression)",
+    "id_column": "optional: a column of train.csv and test_features.csv that names each row; the submission is "
+                 "then <id>,<target> rows matched by it (default: none, rows matched by order)",
     "budget_s": "optional: the sandbox time limit in seconds (default 600)",
     "family": "optional: the task family (default 'external')",
     "split": "optional: train, test_id, test_ood or validation (default 'train')",
@@ -98,7 +100,7 @@ def _read_yaml(path: Path) -> dict:
         v = data.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
             raise _err(path, f"{key!r} must be a finite number, got {v!r}")
-    for key in ("family", "title"):
+    for key in ("family", "title", "id_column"):
         if key in data and not isinstance(data[key], str):
             raise _err(path, f"{key!r} must be a string, got {data[key]!r}")
     if "classes" in data and not (isinstance(data["classes"], list) and len(data["classes"]) >= 2):
@@ -136,7 +138,7 @@ def _dtype_name(series) -> str:
         return "float64"
     if pd.api.types.is_bool_dtype(series):
         return "bool"
-    return "string"
+    return TEXT
 
 
 def load_task_dir(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None) -> ARTask:
@@ -179,19 +181,23 @@ def load_task_dir(path: str | os.PathLike, *, cache_dir: str | os.PathLike | Non
     if missing:
         raise _err(root / "train.csv", f"lacks the target column(s) {missing} named in task.yaml; its columns "
                                        f"are {list(train.columns)[:20]}")
-    features = [c for c in train.columns if c not in targets]
+    id_column = cfg.get("id_column")
+    if id_column is not None:
+        _check_ids(root, id_column, targets, train, test_x, test_y)
+    features = [c for c in train.columns if c not in targets and c != id_column]
     if not features:
         raise _err(root / "train.csv", "has no feature columns besides the target(s)")
     leaked = [t for t in targets if t in test_x.columns]
     if leaked:
         raise _err(root / "test_features.csv", f"contains the target column(s) {leaked}: they belong in "
                                                "test_labels.csv only")
-    if sorted(test_x.columns) != sorted(features):
-        lacking = sorted(set(features) - set(test_x.columns))
-        surplus = sorted(set(test_x.columns) - set(features))
+    test_features = [c for c in test_x.columns if c != id_column]
+    if sorted(test_features) != sorted(features):
+        lacking = sorted(set(features) - set(test_features))
+        surplus = sorted(set(test_features) - set(features))
         raise _err(root / "test_features.csv", f"must have the same feature columns as train.csv; missing {lacking}, "
                                                f"unexpected {surplus}")
-    if list(test_x.columns) != features:
+    if test_features != features:
         raise _err(root / "test_features.csv", "has the feature columns of train.csv in a different order; use "
                                                "the order of train.csv")
     missing = [t for t in targets if t not in test_y.columns]
@@ -262,31 +268,33 @@ def load_task_dir(path: str | os.PathLike, *, cache_dir: str | os.PathLike | Non
         classes = [_plain(c) for c in classes]
 
     public = PUBLIC_FILES + tuple(f for f in OPTIONAL_FILES if (root / f).is_file())
-    extra = []
     provisional = ARTask(
         id=cfg["id"], family=cfg.get("family", "external"), split=cfg.get("split", "train"), metric=metric,
         budget_s=cfg["budget_s"], description="", baseline=math.nan, reference=math.nan, task_type=task_type,
         feature_columns=tuple(features), target_columns=tuple(targets),
         classes=tuple(classes) if classes is not None else None, n_train=len(train), n_test=len(test_x),
-        data_dir=str(root.resolve()), suite="external", source=f"external:{root.resolve()}", public_files=public)
-    sub_cols = provisional.submission_columns
-    if "sample_submission.csv" in public:
-        sample = _read_table(root / "sample_submission.csv")
+        data_dir=str(root.resolve()), suite="external", source=f"external:{root.resolve()}", public_files=public,
+        id_column=id_column)
+    sub_cols = submission_columns_for(metric, task_type, classes, targets, id_column)
+    if SAMPLE_SUBMISSION in public:
+        sample = _read_table(root / SAMPLE_SUBMISSION)
         cols = [str(c).strip() for c in sample.columns]
         if sorted(cols) != sorted(sub_cols):
-            raise _err(root / "sample_submission.csv",
-                       f"has columns {cols} but the grader expects {list(sub_cols)} for metric {metric!r}")
+            raise _err(root / SAMPLE_SUBMISSION,
+                       f"has columns {cols} but the grader expects {list(sub_cols)} for metric {metric!r}"
+                       + ("" if id_column or len(cols) != len(sub_cols) + 1 else
+                          "; if its first column names the rows, declare it in task.yaml as id_column"))
         if len(sample) != len(test_x):
-            raise _err(root / "sample_submission.csv",
+            raise _err(root / SAMPLE_SUBMISSION,
                        f"has {len(sample)} rows but test_features.csv has {len(test_x)}")
-        extra.append(("sample_submission.csv", f"{len(sample)} rows × {len(cols)} columns: an example of the "
-                                               "submission format (not a good prediction)."))
 
+    both = pd.concat([train[features], test_x[features]])
     description = render_description(
         title=cfg.get("title", cfg["id"]), blurb=blurb, metric=metric, budget_s=cfg["budget_s"], task_type=task_type,
         n_train=len(train), n_test=len(test_x), feature_columns=features,
         feature_dtypes=[_dtype_name(train[c]) for c in features], target_columns=targets,
-        target_dtype=target_dtype, classes=classes, submission_columns=sub_cols, extra_files=extra)
+        target_dtype=target_dtype, classes=classes, id_column=id_column,
+        missing_columns=[c for c in features if both[c].isna().any()], sample_submission=SAMPLE_SUBMISSION in public)
     task = _replace(provisional, description=description)
 
     baseline = cfg.get("baseline")
@@ -297,6 +305,22 @@ def load_task_dir(path: str | os.PathLike, *, cache_dir: str | os.PathLike | Non
     if reference is None:
         reference = _cached_reference(task, root, cache_dir)
     return _replace(task, reference=float(reference))
+
+
+def _check_ids(root: Path, column: str, targets: list[str], train, test_x, test_y) -> None:
+    """The id column names every row once, in train.csv and test_features.csv (and test_labels.csv if there)."""
+    if column in targets:
+        raise _err(root / "task.yaml", f"id_column {column!r} is also a target column")
+    for name, df in (("train.csv", train), ("test_features.csv", test_x)):
+        if column not in df.columns:
+            raise _err(root / name, f"lacks the id column {column!r} named in task.yaml; its columns are "
+                                    f"{list(df.columns)[:20]}")
+    ids = [label_key(v) for v in test_x[column].tolist()]
+    if test_x[column].isna().any() or len(set(ids)) != len(ids):
+        raise _err(root / "test_features.csv", f"id column {column!r} must name every row once (no empty or "
+                                               "repeated ids)")
+    if column in test_y.columns and len(test_y) == len(test_x) and sorted(label_key(v) for v in test_y[column].tolist()) != sorted(ids):
+        raise _err(root / "test_labels.csv", f"id column {column!r} must hold the ids of test_features.csv")
 
 
 def _replace(task: ARTask, **changes: Any) -> ARTask:

@@ -31,7 +31,7 @@ import numpy as np
 
 from wmrl.domains.autoresearch.sandbox import FileProblem, read_regular_file
 from wmrl.domains.autoresearch.tasks import (
-    SUBMISSION_FILE, ARTask, hidden_labels, label_key, test_frame, train_frame,
+    SUBMISSION_FILE, ARTask, hidden_labels, label_key, test_frame, test_ids, train_frame,
 )
 
 #: a message (what the agent reads) is at most this long
@@ -200,8 +200,11 @@ def _check_columns(task: ARTask, df) -> None:
     if any(c.startswith("Unnamed") or c == "" for c in extra):
         hints.append("An unnamed column usually means the DataFrame index was written: use "
                      "df.to_csv(\"submission.csv\", index=False).")
-    if any(c == "id" or c.lower() == "index" for c in extra):
+    if task.id_column is None and any(c == "id" or c.lower() == "index" for c in extra):
         hints.append("Do not write an id or index column: rows are matched to test_features.csv by order.")
+    if task.id_column in missing:
+        hints.append(f"Copy the {task.id_column!r} column of test_features.csv into the submission: rows are "
+                     "matched to the test rows by it.")
     headerless = bool(found) and all(_is_number(re.sub(r"\.\d+$", "", c)) or _is_number(c) for c in found)
     if headerless:
         hints.append("The first line looks like data: the file needs a header line with the column names.")
@@ -257,24 +260,28 @@ def _parse(task: ARTask, df) -> Any:
     _check_columns(task, df)
     if len(df) != task.n_test:
         raise _Invalid(f"{SUBMISSION_FILE} has {len(df)} data rows but test_features.csv has {task.n_test}; write "
-                       "exactly one prediction per test row, in the order of test_features.csv.")
+                       + (f"exactly one row per test row (one per {task.id_column!r})." if task.id_column else
+                          "exactly one prediction per test row, in the order of test_features.csv."))
+    if task.id_column:
+        df = _by_id(task, df)
     kind = task.metric_info.kind
+    cols = list(task.value_columns)
     if kind == "label":
-        raw = [str(v).strip() for v in df["prediction"].tolist()]
+        column = cols[0]
+        raw = [str(v).strip() for v in df[column].tolist()]
         keys = np.array([label_key(v) for v in raw], dtype=object)
         allowed = {label_key(c) for c in task.classes or ()}
         empty = np.flatnonzero([v == "" for v in raw])
         if len(empty):
-            raise _Invalid(f"column 'prediction' has {len(empty)} missing (empty) value{'s' if len(empty) > 1 else ''} "
+            raise _Invalid(f"column {column!r} has {len(empty)} missing (empty) value{'s' if len(empty) > 1 else ''} "
                            f"({_examples(empty, raw)}); predict a class for every row.")
         bad = np.flatnonzero([k not in allowed for k in keys])
         if len(bad):
             classes = ", ".join(str(c) for c in task.classes or ())
-            raise _Invalid(f"column 'prediction' has {len(bad)} value{'s' if len(bad) > 1 else ''} that "
+            raise _Invalid(f"column {column!r} has {len(bad)} value{'s' if len(bad) > 1 else ''} that "
                            f"{'are' if len(bad) > 1 else 'is'} not a class ({_examples(bad, raw)}); the classes are "
                            f"{classes}. Predict class labels, not probabilities or scores.")
         return keys
-    cols = list(task.submission_columns)
     M = np.column_stack([_parse_numbers(df, c) for c in cols])
     if kind == "proba":
         out = np.flatnonzero(((M < 0) | (M > 1)).any(axis=1))
@@ -294,6 +301,34 @@ def _parse(task: ARTask, df) -> Any:
         else:
             M = M[:, 0]
     return M
+
+
+def _by_id(task: ARTask, df):
+    """The submission's rows in the order of test_features.csv, matched by the id column."""
+    column = task.id_column
+    raw = [str(v).strip() for v in df[column].tolist()]
+    keys = [label_key(v) for v in raw]
+    empty = np.flatnonzero([v == "" for v in raw])
+    if len(empty):
+        raise _Invalid(f"column {column!r} has {len(empty)} missing (empty) id{'s' if len(empty) > 1 else ''} "
+                       f"({_examples(empty, raw)}); copy the {column!r} column of test_features.csv.")
+    expected = test_ids(task)
+    at: dict[str, int] = {}
+    repeated = []
+    for i, k in enumerate(keys):
+        if k in at:
+            repeated.append(i)
+        at.setdefault(k, i)
+    if repeated:
+        raise _Invalid(f"column {column!r} repeats ids ({_examples(np.array(repeated), raw)}); write one row per "
+                       "test row.")
+    known = set(expected)
+    unknown = np.flatnonzero([k not in known for k in keys])
+    if len(unknown):
+        raise _Invalid(f"column {column!r} has {len(unknown)} id{'s' if len(unknown) > 1 else ''} that "
+                       f"{'are' if len(unknown) > 1 else 'is'} not in test_features.csv ({_examples(unknown, raw)}); "
+                       f"copy the {column!r} column of test_features.csv.")
+    return df.iloc[[at[k] for k in expected]].reset_index(drop=True)
 
 
 def _truth(task: ARTask) -> Any:
@@ -354,20 +389,25 @@ def submission_frame(task: ARTask, predictions: Any):
 
     Class labels for accuracy / macro_f1; for roc_auc on a binary task the positive-class probability
     (shape (n,) or predict_proba's (n, 2)); for log_loss (and multiclass roc_auc) a probability matrix
-    with columns in the order of `task.classes`; values (n,) or (n, n_targets) for regression.
+    with columns in the order of `task.classes`; values (n,) or (n, n_targets) for regression. In the
+    task's layout: the id column first when it has one, rows in the order of test_features.csv.
     """
     import pandas as pd
 
-    cols = list(task.submission_columns)
+    cols = list(task.value_columns)
     p = np.array(predictions, copy=True)
     if task.metric_info.kind == "label":
-        return pd.DataFrame({"prediction": p.reshape(-1)})
-    if cols == ["prediction"]:
+        frame = pd.DataFrame({cols[0]: p.reshape(-1)})
+    elif len(cols) == 1:
         if p.ndim == 2 and p.shape[1] == 2 and task.metric_info.kind == "proba":
             p = p[:, 1]
-        return pd.DataFrame({"prediction": p.reshape(-1).astype(float)})
-    p = p.reshape(len(p), -1).astype(float)
-    return pd.DataFrame({c: p[:, j] for j, c in enumerate(cols)})
+        frame = pd.DataFrame({cols[0]: p.reshape(-1).astype(float)})
+    else:
+        p = p.reshape(len(p), -1).astype(float)
+        frame = pd.DataFrame({c: p[:, j] for j, c in enumerate(cols)})
+    if task.id_column:
+        frame.insert(0, task.id_column, test_frame(task)[task.id_column].to_numpy())
+    return frame
 
 
 def _class_index(task: ARTask, labels: Sequence[Any]) -> np.ndarray:
@@ -403,7 +443,7 @@ def oracle_submission(task: ARTask):
     return submission_frame(task, y)
 
 
-def _model_matrix(task: ARTask, df) -> np.ndarray:
+def feature_matrix(task: ARTask, df) -> np.ndarray:
     """Numeric feature matrix: object columns become category codes (external tasks may have text)."""
     import pandas as pd
 
@@ -427,7 +467,7 @@ def reference_submission(task: ARTask, model: Any = None):
     tr, te = train_frame(task), test_frame(task)
     # encode text columns consistently across train and test
     both = pd.concat([tr[list(task.feature_columns)], te[list(task.feature_columns)]], ignore_index=True)
-    X_all = _model_matrix(task, both)
+    X_all = feature_matrix(task, both)
     X_tr, X_te = X_all[: len(tr)], X_all[len(tr):]
     targets = list(task.target_columns)
     kind = task.metric_info.kind

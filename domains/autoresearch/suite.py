@@ -59,11 +59,11 @@ def _measure(cache_dir: str | None) -> None:  # pragma: no cover - a maintenance
     with threadpool_limits(limits=1):
         for task in load_suite(cache_dir=cache_dir):
             tr = train_frame(task)
-            X = tr[list(task.feature_columns)].to_numpy(dtype=float)
-            y = tr[list(task.target_columns)].to_numpy()
+            X = grader.feature_matrix(task, tr)
+            clf = task.classes is not None
+            y = tr[list(task.target_columns)].to_numpy().astype(str if clf else float)
             y = y[:, 0] if y.shape[1] == 1 else y
             ref = grader.reference_score(task)  # measured afresh, whatever is pinned
-            clf = task.classes is not None
             hgb = (HistGradientBoostingClassifier if clf else HistGradientBoostingRegressor)(random_state=0)
             if y.ndim == 2:
                 hgb = MultiOutputRegressor(hgb)
