@@ -72,6 +72,7 @@ MODES = {
     "wmrl-async-calibrate": ["estimator.mode=wmrl", "anchors.max_staleness=1", "anchors.stale_use=calibrate"],
     # KL to the step-0 policy (issue 16: does it keep what RL would trade away on tasks never trained on?)
     "wmrl-kl": ["estimator.mode=wmrl", "trainer.objective.beta=0.1"],
+    "wmrl-ptx": ["estimator.mode=wmrl", "trainer.objective.ptx=1.0"],
     # TRL's GRPOTrainer on the real mode's config (`bench/trl_grpo.py`): AutoResearch only
     "trl": ["estimator.mode=real"],
 }
@@ -80,8 +81,8 @@ EXTERNAL = {"trl": run_trl}
 #: what each mode's `vs_trl` holds: the reference-relative numbers of `summarize` with TRL as the reference
 VERSUS = ("reached_reference_final", "time_to_reference_final_median", "speedup_to_reference_final",
           "real_executions_to_reference_final_median", "fewer_real_executions_to_reference_final", "ideal_speedup")
-#: every mode a domain with a generic world model runs (fused is the VLA baseline's; trl and wmrl-kl are opt-in)
-GENERIC = tuple(m for m in MODES if m not in ("fused", "trl", "wmrl-kl"))
+#: every mode a domain with a generic world model runs (fused is the VLA baseline's; trl, wmrl-kl and wmrl-ptx are opt-in)
+GENERIC = tuple(m for m in MODES if m not in ("fused", "trl", "wmrl-kl", "wmrl-ptx"))
 #: asynchronous anchors need single-turn episodes
 ASYNC = ("wmrl-async", "wmrl-async-calibrate")
 MULTI_TURN = tuple(m for m in GENERIC if m not in ASYNC)

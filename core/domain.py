@@ -12,7 +12,7 @@ domains it serves, so one domain can have several and a config picks one with
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from pathlib import Path
 
@@ -70,6 +70,11 @@ class Domain(ABC):
         """Markdown lines (and figures written under `run_dir`) this domain adds to a finished run's report,
         given the run's config; none by default."""
         return []
+
+    def prior_examples(self, n: int, seed: Sequence[int]) -> list[tuple[Any, Any]] | None:
+        """`n` (observation, action) pairs drawn from the data the policy was fine-tuned on, deterministic in
+        `seed`, for `trainer.objective.ptx`; None where the domain has none (the default)."""
+        return None
 
     def oracle_reward(self, trajectory: Trajectory) -> float | None:
         """The true reward when it is free to compute (synthetic domains); None elsewhere.

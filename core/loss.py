@@ -23,6 +23,11 @@ the peers that use it:
   the k3 estimator exp(ref - new) - (ref - new) - 1 (TRL's, from Schulman's
   note), aggregated like the policy term; the reference is the policy as it
   was at step 0.
+* `ptx > 0` adds ptx * the mean per-token negative log-likelihood of
+  `ptx_examples` fresh examples of the data the policy was fine-tuned on
+  (`Domain.prior_examples`) to every update: InstructGPT's PPO-ptx. A KL to
+  the step-0 policy only holds the policy where its own samples go (the
+  training tasks); the prior data also covers what RL never visits.
 
 Micro-batches (`micro_batches`) split the turns; every normaliser is computed
 over the whole step first, so the shares add up to the whole loss exactly.
@@ -41,7 +46,7 @@ from wmrl.core.interfaces import Policy
 from wmrl.core.ranks import block
 from wmrl.core.types import Estimate, Group
 
-__all__ = ["AGGREGATIONS", "RATIOS", "ObjectiveConfig", "SurrogateBatch", "k3", "has_token_log_probs"]
+__all__ = ["AGGREGATIONS", "RATIOS", "ObjectiveConfig", "SurrogateBatch", "k3", "has_token_log_probs", "prior_nll"]
 
 RATIOS = ("sequence", "token")
 AGGREGATIONS = ("grpo", "dapo", "dr_grpo")
@@ -57,6 +62,10 @@ class ObjectiveConfig:
     max_tokens: int = 0
     #: weight of the KL to the step-0 policy (0: none)
     beta: float = 0.0
+    #: weight of the NLL of the domain's prior (SFT) examples (InstructGPT's PPO-ptx; 0: none)
+    ptx: float = 0.0
+    #: prior examples per update (ptx > 0), fresh each step
+    ptx_examples: int = 8
 
     def validate(self) -> None:
         if self.ratio not in RATIOS:
@@ -70,8 +79,19 @@ class ObjectiveConfig:
         if self.aggregation == "dr_grpo" and not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
             raise ValueError("trainer.objective.aggregation=dr_grpo divides by a constant length: set "
                              "trainer.objective.max_tokens (the policy's max_new_tokens, as TRL's max_completion_length)")
-        if not (math.isfinite(self.beta) and self.beta >= 0):
-            raise ValueError(f"trainer.objective.beta must be a finite number >= 0, got {self.beta!r}")
+        for key in ("beta", "ptx"):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"trainer.objective.{key} must be a finite number >= 0, got {value!r}")
+        if not (isinstance(self.ptx_examples, int) and self.ptx_examples >= 1):
+            raise ValueError(f"trainer.objective.ptx_examples must be an integer >= 1, got {self.ptx_examples!r}")
+
+
+def prior_nll(policy: Policy, examples: Sequence[tuple]) -> torch.Tensor:
+    """The mean per-token negative log-likelihood of (observation, action) examples under `policy`."""
+    lp, mask = policy.token_log_probs([o for o, _ in examples], [a for _, a in examples])
+    mask = mask.to(lp.dtype)
+    return -(lp * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def has_token_log_probs(policy: Policy) -> bool:

@@ -31,6 +31,7 @@ import math
 import signal
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Sequence
 
@@ -45,7 +46,7 @@ from wmrl.core.engine import Engine, EngineConfig, ensure_distributed
 from wmrl.core.errors import Interrupted, StorageError
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.interfaces import Policy, RealEnv
-from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs
+from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs, prior_nll
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
 from wmrl.core.registry import ESTIMATORS
@@ -175,6 +176,10 @@ class Trainer:
         if trainer.objective.ratio == "token" and not has_token_log_probs(self.policy):
             raise ValueError(f"trainer.objective.ratio=token needs per-token log-probabilities and "
                              f"{type(self.policy).__name__} has no token_log_probs: use ratio: sequence")
+        if trainer.objective.ptx > 0 and not (has_token_log_probs(self.policy)
+                                              and domain.prior_examples(1, [trainer.seed]) is not None):
+            raise ValueError("trainer.objective.ptx > 0 needs a domain with prior examples (Domain.prior_examples: "
+                             "AutoResearch's are its agent's SFT corpus) and a policy with token_log_probs")
         #: the KL's reference: the policy as it starts, built again (its initial weights depend on the seed alone)
         self.reference: Policy | None = None
         if trainer.objective.beta > 0:
@@ -538,10 +543,16 @@ class Trainer:
         batch.prepare(self.policy, self.reference, self.cfg.micro_batch)  # before the first optimizer step
         stats: dict = {}
         rank, world = self.ranks.rank, self.ranks.world
+        obj = self.cfg.objective
+        prior = (self.domain.prior_examples(obj.ptx_examples, [self.cfg.seed, self.step + 1, rank])
+                 if obj.ptx > 0 else None)
+        nll: list[float] = []
         for _ in range(self.cfg.ppo_epochs):
+            shares = batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch, rank=rank, world=world)
+            if prior:  # each rank its own examples; the engine averages gradients over ranks
+                shares.append(partial(self._prior_share, prior, obj.ptx * world, nll))
             try:
-                stats = self.engine.step(batch.micro_batches(self.policy, self.cfg.clip_eps, self.cfg.micro_batch,
-                                                             rank=rank, world=world))
+                stats = self.engine.step(shares)
             except FloatingPointError as exc:  # every rank skips it together (Engine.step); the run goes on
                 log.warning("step %d: %s", self.step + 1, exc)
                 stats = {"loss": float("nan"), "grad_norm": float("nan"), "update_skipped": 1.0}
@@ -551,7 +562,15 @@ class Trainer:
         stats["trained_trajectories"] = float(batch.trajectories)
         if self.reference is not None:
             stats["kl_ref"] = batch.kl
+        if nll:
+            stats["prior_nll"] = self.ranks.mean(nll[0])  # before this step's first optimizer step
         return stats
+
+    def _prior_share(self, examples: list, weight: float, record: list[float]) -> torch.Tensor:
+        """The ptx term's share of the loss: `weight` x the prior examples' mean token NLL (recorded)."""
+        value = prior_nll(self.policy, examples)
+        record.append(float(value.detach()))
+        return weight * value
 
     def _sync_actor(self) -> None:
         """The trained weights changed (an update, a checkpoint loaded): bring the rollout policy up to them.

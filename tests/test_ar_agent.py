@@ -205,6 +205,17 @@ def test_scripts_parse_are_deterministic_and_diverse():
         TaskSpec("regression", ("y",), "accuracy", ("prediction",))
 
 
+def test_prior_examples_are_fresh_draws_of_the_agents_sft_corpus():
+    from wmrl.domains.autoresearch.domain import AutoResearchConfig, AutoResearchDomain
+
+    domain = AutoResearchDomain(AutoResearchConfig())
+    a = domain.prior_examples(40, [0, 1])
+    assert a == domain.prior_examples(40, [0, 1]) and a != domain.prior_examples(40, [0, 2])
+    assert all(p.endswith(ASSISTANT_MARK + "\n") and _parses(extract_code(r)) for p, r in a)
+    assert any("- Metric: `r2`" in p or "- Metric: `rmse`" in p for p, _ in a)  # kinds RL never visits
+    assert any(t.description in p for p, _ in a for t in domain.suite if t.split == "train")  # and its own tasks
+
+
 def _run_in_process(script: str, workdir: Path) -> None:
     cwd = os.getcwd()
     os.chdir(workdir)

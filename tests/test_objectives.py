@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, k3
+from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, k3, prior_nll
 from wmrl.core.types import Estimate, Group, Task, Trajectory
 from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 
@@ -121,7 +121,9 @@ def test_objective_settings_are_checked(setup):
     for bad, match in [(dict(ratio="sentence"), "ratio must be one of"),
                        (dict(aggregation="dapo"), "needs ratio: token"),
                        (dict(ratio="token", aggregation="dr_grpo"), "set trainer.objective.max_tokens"),
-                       (dict(beta=-0.1), "beta must be a finite number >= 0")]:
+                       (dict(beta=-0.1), "beta must be a finite number >= 0"),
+                       (dict(ptx=float("nan")), "ptx must be a finite number >= 0"),
+                       (dict(ptx=1.0, ptx_examples=0), "ptx_examples must be an integer >= 1")]:
         with pytest.raises(ValueError, match=match):
             ObjectiveConfig(**bad).validate()
     with pytest.raises(RuntimeError, match="prepare"):
@@ -147,6 +149,41 @@ def test_a_run_with_a_kl_term_logs_it_and_a_token_ratio_needs_a_token_policy(tmp
                                           "token_log_probs: use ratio: sequence"):
         build_trainer(load_config("synthetic-program", [*small, f"run_dir={tmp_path / 'tok'}",
                                                         "trainer.objective.ratio=token"]))
+
+
+def test_the_prior_term_is_the_mean_token_nll_and_a_step_on_it_raises_the_prior(tiny_lm):
+    _, _, path = tiny_lm
+    policy = CodeAgentPolicy(str(path), max_new_tokens=L, max_prompt_tokens=64)  # its own copy: a step changes it
+    examples = [(PROMPTS[0], "import numpy as np\nprint(3)\n"), (PROMPTS[1], "print(8)\n")]
+    per_token = [_token_log_probs(policy, o, a) for o, a in examples]
+    expected = -torch.cat(per_token).mean()  # every token of every example counts once
+    nll = prior_nll(policy, examples)
+    assert nll.item() == pytest.approx(expected.item(), rel=1e-4)
+    policy.module.zero_grad()
+    nll.backward()
+    torch.optim.SGD(policy.module.parameters(), lr=0.05).step()
+    with torch.no_grad():
+        assert prior_nll(policy, examples).item() < nll.item()
+
+
+def test_a_run_with_a_prior_term_logs_its_nll_and_a_domain_without_prior_data_refuses_it(tmp_path, suite_agent):
+    from wmrl.api import build_trainer
+    from wmrl.config import ConfigError, load_config
+    from wmrl.core.metrics import read_jsonl
+
+    ptx = ["trainer.objective.ptx=1.0", "trainer.objective.ptx_examples=4", "tensorboard=false", "trainer.steps=2"]
+    trainer = build_trainer(load_config("autoresearch", [
+        *ptx, f"domain.agent={suite_agent}", "domain.sandbox_slots=2", "trainer.groups_per_step=2",
+        "trainer.group_size=2", "trainer.eval_every=0", "trainer.eval_samples=1", "trainer.eval_splits=[test_id]",
+        f"run_dir={tmp_path / 'ar'}"]))
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    nll = [row["prior_nll"] for row in read_jsonl(tmp_path / "ar" / "metrics.jsonl")]
+    assert len(nll) == 2 and all(0.0 < v < 5.0 for v in nll)  # the agent was fine-tuned on this data
+    with pytest.raises(ConfigError, match="ptx > 0 needs a domain with prior examples"):
+        build_trainer(load_config("synthetic-program", [*ptx, f"run_dir={tmp_path / 'syn'}"]))
 
 
 def test_k3_is_exact_up_to_its_linear_part_and_never_overflows():

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
+
 from wmrl.core.domain import Domain
 from wmrl.core.interfaces import Policy, RealEnv, WorldModel
 from wmrl.core.registry import DOMAINS
@@ -26,7 +28,7 @@ from wmrl.core.wm_runtime import RuntimeConfig
 from wmrl.core.wm_spec import WorldModelConfig, register_world_model
 from wmrl.domains.autoresearch.corpus import TaskSpec, spec_for
 from wmrl.domains.autoresearch.episodes import FINALS
-from wmrl.domains.autoresearch.protocol import extract_code
+from wmrl.domains.autoresearch.protocol import extract_code, format_reply
 from wmrl.domains.autoresearch.suite import load_suite
 from wmrl.domains.autoresearch.tasks import ARTask, split, test_frame, train_frame
 from wmrl.lm.engines import ENGINES
@@ -162,13 +164,24 @@ class AutoResearchDomain(Domain):
             return self.cfg.agent
         from wmrl.domains.autoresearch.agent import AgentConfig, build_default_agent
 
-        train = split(self.suite, "train")
         cache = Path(self.cfg.cache_dir) / "agents" if self.cfg.cache_dir else None
         return str(build_default_agent(
-            cache, specs_and_prompts=[(task_spec(t), t.description) for t in train],
+            cache, specs_and_prompts=self._corpus_tasks,
             n_examples=self.cfg.agent_examples, max_minutes=self.cfg.agent_max_minutes,
             config=AgentConfig(max_steps=self.cfg.agent_steps),
         ))
+
+    def prior_examples(self, n: int, seed) -> list[tuple[str, str]]:
+        """Fresh examples of the embedded agent's SFT corpus (the training tasks' prompts and synthetic tasks of
+        every kind, `corpus.generate_corpus`) as (prompt, reply) pairs, for `trainer.objective.ptx`."""
+        from wmrl.domains.autoresearch.corpus import generate_corpus
+
+        draw = int(np.random.SeedSequence(list(seed)).generate_state(1)[0])
+        return [(prompt, format_reply(script)) for prompt, script in generate_corpus(self._corpus_tasks, n, draw)]
+
+    @cached_property
+    def _corpus_tasks(self) -> list[tuple[TaskSpec, str]]:
+        return [(task_spec(t), t.description) for t in split(self.suite, "train")]
 
     def provenance(self) -> dict[str, str]:
         """`agent: default` is a build keyed by the corpus, its code and the training tasks: its cache folder."""
