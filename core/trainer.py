@@ -562,8 +562,8 @@ class Trainer:
         stats["trained_trajectories"] = float(batch.trajectories)
         if self.reference is not None:
             stats["kl_ref"] = batch.kl
-        if nll:
-            stats["prior_nll"] = self.ranks.mean(nll[0])  # before this step's first optimizer step
+        if prior:  # every rank joins the mean, also one whose update stopped before its prior share
+            stats["prior_nll"] = self.ranks.mean(nll[0] if nll else float("nan"))  # before the first optimizer step
         return stats
 
     def _prior_share(self, examples: list, weight: float, record: list[float]) -> torch.Tensor:

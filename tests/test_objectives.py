@@ -174,8 +174,7 @@ def test_a_run_with_a_prior_term_logs_its_nll_and_a_domain_without_prior_data_re
     ptx = ["trainer.objective.ptx=1.0", "trainer.objective.ptx_examples=4", "tensorboard=false", "trainer.steps=2"]
     trainer = build_trainer(load_config("autoresearch", [
         *ptx, f"domain.agent={suite_agent}", "domain.sandbox_slots=2", "trainer.groups_per_step=2",
-        "trainer.group_size=2", "trainer.eval_every=0", "trainer.eval_samples=1", "trainer.eval_splits=[test_id]",
-        f"run_dir={tmp_path / 'ar'}"]))
+        "trainer.group_size=2", "trainer.eval_splits=[]", f"run_dir={tmp_path / 'ar'}"]))
     try:
         trainer.train()
     finally:
