@@ -249,7 +249,7 @@ def test_scripts_run_and_write_well_formed_submissions(tmp_path):
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(1):
-        for i in range(len(SPECS) * 6):
+        for i in range(len(SPECS) * 4):
             spec = SPECS[i % len(SPECS)]
             d = tmp_path / f"inproc{i}"
             d.mkdir()
