@@ -98,17 +98,13 @@ results: $(STAMP)
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch lrs=$(AR_LRS) tune_seeds=2 \
 	  out=$(R)/speedup-autoresearch-full.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=real,wmrl,trl \
-	  out=$(R)/speedup-autoresearch-trl-full.json
+	  trainer.objective.ptx=0 out=$(R)/speedup-autoresearch-trl-full.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=real,wmrl,wmrl-async,wmrl-async-calibrate \
 	  out=$(R)/speedup-autoresearch-async.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl,wmrl-async,wmrl-kl \
 	  out=$(R)/speedup-autoresearch-async-kl.json
-	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl,wmrl-kl seeds=3 \
-	  trainer.eval_every=20 out=$(R)/speedup-autoresearch-heldout.json
-	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl seeds=3 engine.lr=0.0003 \
-	  trainer.eval_every=20 out=$(R)/speedup-autoresearch-heldout-lr3e-4.json
-	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl-ptx seeds=3 \
-	  trainer.eval_every=20 out=$(R)/speedup-autoresearch-heldout-ptx.json
+	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=autoresearch modes=wmrl,wmrl-ptx0.25,wmrl-ptx seeds=3 \
+	  trainer.objective.ptx=0 trainer.eval_every=20 out=$(R)/speedup-autoresearch-heldout.json
 	$(VENV)/bin/wmrl bench speedup resume=$(RESUME) config=vla out=$(R)/speedup-vla-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-program out=$(R)/estimators-synthetic-program-full.json
 	$(VENV)/bin/wmrl bench estimators config=synthetic-control out=$(R)/estimators-synthetic-control-full.json

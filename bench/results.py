@@ -29,12 +29,8 @@ SECTIONS = (
     ("speedup-synthetic-control-full.json", "speedup",
      "WMRL vs standard RL: synthetic control domain, multi-step (fair protocol, 5 seeds)"),
     ("speedup-autoresearch-heldout.json", "speedup",
-     "AutoResearch held-out before and after RL: suite v2 (the competition layout), v7 agent, wmrl and a KL to "
-     "the step-0 policy, 3 seeds"),
-    ("speedup-autoresearch-heldout-ptx.json", "speedup",
-     "The same with the prior-data term (trainer.objective.ptx=1: the agent's SFT corpus in every update)"),
-    ("speedup-autoresearch-heldout-lr3e-4.json", "speedup",
-     "The same, wmrl at a third of the learning rate (engine.lr=3e-4): how much of the fall is step size"),
+     "AutoResearch held-out before and after RL: suite v2 (the competition layout), v8 agent, 3 seeds; wmrl "
+     "without and with the agent's SFT data in every update (trainer.objective.ptx=0.25 and 1)"),
     ("speedup-autoresearch-full.json", "speedup",
      "WMRL vs standard RL: AutoResearch (embedded agent, suite v1), the whole ladder"),
     ("speedup-autoresearch-trl-full.json", "speedup",

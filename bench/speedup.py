@@ -40,6 +40,7 @@ on 2 cores once the embedded agent is cached); `full` is the measurement.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from wmrl.bench.harness import (ProfileOptions, bootstrap_interval, final_interval, fmt, held_out_change, plateau,
-                                run_one, summarize, write_result)
+                                provenance, run_one, summarize, write_result)
 from wmrl.bench.trl_grpo import run_trl, trl_settings
 from wmrl.bench.tuning import parse_grid, tune
 from wmrl.config import ConfigError, load_config
@@ -72,7 +73,9 @@ MODES = {
     "wmrl-async-calibrate": ["estimator.mode=wmrl", "anchors.max_staleness=1", "anchors.stale_use=calibrate"],
     # KL to the step-0 policy (issue 16: does it keep what RL would trade away on tasks never trained on?)
     "wmrl-kl": ["estimator.mode=wmrl", "trainer.objective.beta=0.1"],
+    # the agent's SFT data in every update, aggregated like the policy term (issue 16): two weights
     "wmrl-ptx": ["estimator.mode=wmrl", "trainer.objective.ptx=1.0"],
+    "wmrl-ptx0.25": ["estimator.mode=wmrl", "trainer.objective.ptx=0.25"],
     # TRL's GRPOTrainer on the real mode's config (`bench/trl_grpo.py`): AutoResearch only
     "trl": ["estimator.mode=real"],
 }
@@ -81,8 +84,9 @@ EXTERNAL = {"trl": run_trl}
 #: what each mode's `vs_trl` holds: the reference-relative numbers of `summarize` with TRL as the reference
 VERSUS = ("reached_reference_final", "time_to_reference_final_median", "speedup_to_reference_final",
           "real_executions_to_reference_final_median", "fewer_real_executions_to_reference_final", "ideal_speedup")
-#: every mode a domain with a generic world model runs (fused is the VLA baseline's; trl, wmrl-kl and wmrl-ptx are opt-in)
-GENERIC = tuple(m for m in MODES if m not in ("fused", "trl", "wmrl-kl", "wmrl-ptx"))
+#: every mode a domain with a generic world model runs (fused is the VLA baseline's; trl, wmrl-kl and wmrl-ptx* are
+#: opt-in)
+GENERIC = tuple(m for m in MODES if m not in ("fused", "trl", "wmrl-kl") and not m.startswith("wmrl-ptx"))
 #: asynchronous anchors need single-turn episodes
 ASYNC = ("wmrl-async", "wmrl-async-calibrate")
 MULTI_TURN = tuple(m for m in GENERIC if m not in ASYNC)
@@ -172,6 +176,7 @@ def run(opts: SpeedupOptions, user: list[str]) -> Path:
     if result["reference"] in result["modes"]:
         result["reference_plateau"] = plateau(result["modes"][result["reference"]]["per_seed"])
     result["evaluation_episodes"] = evaluation_episodes(load_config(run_config, rest))
+    result["provenance"] = json.loads(provenance(load_config(run_config, rest)))  # the unpinned inputs of every run
     if "trl" in modes:
         against(result, runs, "trl")
         result["trl"] = trl_settings(load_config(run_config, [*rest, *MODES["trl"]]))  # what TRL ran with

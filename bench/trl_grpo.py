@@ -276,6 +276,9 @@ def _check(cfg: RunConfig) -> None:
     if cfg.trainer.objective.beta != 0:
         raise ValueError("the trl baseline has no KL term: TRL's (per token, bias-corrected) and ours (per turn) "
                          "differ, so set trainer.objective.beta=0")
+    if cfg.trainer.objective.ptx != 0:
+        raise ValueError("the trl baseline has no prior-data term (GRPOTrainer trains on its completions only): "
+                         "set trainer.objective.ptx=0 for every mode it is compared with")
 
 
 class _StepClock:

@@ -23,11 +23,15 @@ the peers that use it:
   the k3 estimator exp(ref - new) - (ref - new) - 1 (TRL's, from Schulman's
   note), aggregated like the policy term; the reference is the policy as it
   was at step 0.
-* `ptx > 0` adds ptx * the mean per-token negative log-likelihood of
-  `ptx_examples` fresh examples of the data the policy was fine-tuned on
-  (`Domain.prior_examples`) to every update: InstructGPT's PPO-ptx. A KL to
-  the step-0 policy only holds the policy where its own samples go (the
-  training tasks); the prior data also covers what RL never visits.
+* `ptx > 0` adds ptx * the negative log-likelihood of `ptx_examples` fresh
+  examples of the data the policy was fine-tuned on (`Domain.prior_examples`)
+  to every update: InstructGPT's PPO-ptx. A KL to the step-0 policy only
+  holds the policy where its own samples go (the training tasks); the prior
+  data also covers what RL never visits. The NLL is aggregated like the
+  policy term (`prior_term`), so `ptx` weighs the two on one scale: with a
+  sequence ratio the policy term's gradient is a sum over a reply's tokens,
+  and a per-token mean beside it would be as many times weaker (44 for the
+  embedded AutoResearch agent's SFT replies).
 
 Micro-batches (`micro_batches`) split the turns; every normaliser is computed
 over the whole step first, so the shares add up to the whole loss exactly.
@@ -46,7 +50,8 @@ from wmrl.core.interfaces import Policy
 from wmrl.core.ranks import block
 from wmrl.core.types import Estimate, Group
 
-__all__ = ["AGGREGATIONS", "RATIOS", "ObjectiveConfig", "SurrogateBatch", "k3", "has_token_log_probs", "prior_nll"]
+__all__ = ["AGGREGATIONS", "RATIOS", "ObjectiveConfig", "SurrogateBatch", "k3", "has_token_log_probs",
+           "prior_term"]
 
 RATIOS = ("sequence", "token")
 AGGREGATIONS = ("grpo", "dapo", "dr_grpo")
@@ -87,11 +92,26 @@ class ObjectiveConfig:
             raise ValueError(f"trainer.objective.ptx_examples must be an integer >= 1, got {self.ptx_examples!r}")
 
 
-def prior_nll(policy: Policy, examples: Sequence[tuple]) -> torch.Tensor:
-    """The mean per-token negative log-likelihood of (observation, action) examples under `policy`."""
+def prior_term(policy: Policy, examples: Sequence[tuple], objective: ObjectiveConfig) -> tuple[torch.Tensor, float]:
+    """The negative log-likelihood of (observation, action) examples under `policy`, aggregated as `objective`
+    aggregates the policy term, and the mean per-token NLL (a scale-free number to log).
+
+    ratio sequence: the mean over examples of each one's summed token NLL (the sequence log-prob a ratio is
+    taken on); ratio token: grpo the mean over examples of each one's mean token NLL, dapo the mean over all
+    tokens, dr_grpo the sum over all tokens / (examples x `max_tokens`)."""
     lp, mask = policy.token_log_probs([o for o, _ in examples], [a for _, a in examples])
     mask = mask.to(lp.dtype)
-    return -(lp * mask).sum() / mask.sum().clamp(min=1.0)
+    nll, tokens = -(lp * mask).sum(dim=1), mask.sum(dim=1)
+    per_token = nll.sum() / tokens.sum().clamp(min=1.0)
+    if objective.ratio == "sequence":
+        term = nll.mean()
+    elif objective.aggregation == "grpo":
+        term = (nll / tokens.clamp(min=1.0)).mean()
+    elif objective.aggregation == "dapo":
+        term = per_token
+    else:  # dr_grpo
+        term = nll.sum() / (len(examples) * objective.max_tokens)
+    return term, float(per_token.detach())
 
 
 def has_token_log_probs(policy: Policy) -> bool:

@@ -46,7 +46,7 @@ from wmrl.core.engine import Engine, EngineConfig, ensure_distributed
 from wmrl.core.errors import Interrupted, StorageError
 from wmrl.core.estimators import EstimatorConfig, build_estimator
 from wmrl.core.interfaces import Policy, RealEnv
-from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs, prior_nll
+from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, has_token_log_probs, prior_term
 from wmrl.core.metrics import MetricsLogger
 from wmrl.core.observers import OracleObserver, StepObserver
 from wmrl.core.registry import ESTIMATORS
@@ -567,10 +567,11 @@ class Trainer:
         return stats
 
     def _prior_share(self, examples: list, weight: float, record: list[float]) -> torch.Tensor:
-        """The ptx term's share of the loss: `weight` x the prior examples' mean token NLL (recorded)."""
-        value = prior_nll(self.policy, examples)
-        record.append(float(value.detach()))
-        return weight * value
+        """The ptx term's share of the loss: `weight` x the prior examples' NLL aggregated like the policy
+        term (their mean token NLL is recorded)."""
+        term, per_token = prior_term(self.policy, examples, self.cfg.objective)
+        record.append(per_token)
+        return weight * term
 
     def _sync_actor(self) -> None:
         """The trained weights changed (an update, a checkpoint loaded): bring the rollout policy up to them.

@@ -264,7 +264,7 @@ def test_scripts_run_and_write_well_formed_submissions(tmp_path):
             _check_submission(spec, d / "submission.csv", len(test), train, test)
 
 
-def test_most_scripts_are_mediocre_on_a_real_dataset(tmp_path):
+def test_scripts_median_leaves_rl_room_and_the_best_reach_the_reference(tmp_path):
     from sklearn.datasets import load_digits
     from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.metrics import accuracy_score
@@ -290,7 +290,7 @@ def test_most_scripts_are_mediocre_on_a_real_dataset(tmp_path):
             scores.append(accuracy_score(test["digit"], pd.read_csv(tmp_path / "submission.csv")["prediction"]))
     print(f"\nHGB default {reference:.3f}; scripts: median {np.median(scores):.3f}, max {max(scores):.3f}")
     assert np.median(scores) < reference - 0.03, (reference, sorted(scores))
-    assert max(scores) > reference - 0.05, (reference, sorted(scores))  # a minority is good: RL has a target
+    assert max(scores) > reference - 0.05, (reference, sorted(scores))  # the good half reaches it: RL has a target
 
 
 # ----------------------------------------------------------------------------- reply format

@@ -122,3 +122,13 @@ def test_episode_stats_give_the_share_of_replies_with_a_code_block():
     traj = Trajectory(task=Task("t"), actions=["```python\nprint(1)\n```", "I would fit a forest.", "```py\nx=1\n```"])
     assert domain.episode_stats(traj) == {"parsed": 2 / 3}
     assert domain.episode_stats(Trajectory(task=Task("t"))) == {}
+
+
+def test_provenance_holds_the_versions_the_agents_programs_run_on():
+    """A benchmark reuses a stored run only at the same provenance: a new pandas changes what programs do."""
+    from importlib.metadata import version
+
+    from wmrl.domains.autoresearch.domain import AutoResearchConfig, AutoResearchDomain
+
+    stamp = AutoResearchDomain(AutoResearchConfig(agent="my-local-model")).provenance()
+    assert stamp == {"numpy": version("numpy"), "pandas": version("pandas"), "scikit-learn": version("scikit-learn")}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, k3, prior_nll
+from wmrl.core.loss import ObjectiveConfig, SurrogateBatch, k3, prior_term
 from wmrl.core.types import Estimate, Group, Task, Trajectory
 from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 
@@ -151,19 +151,28 @@ def test_a_run_with_a_kl_term_logs_it_and_a_token_ratio_needs_a_token_policy(tmp
                                                         "trainer.objective.ratio=token"]))
 
 
-def test_the_prior_term_is_the_mean_token_nll_and_a_step_on_it_raises_the_prior(tiny_lm):
+@pytest.mark.parametrize("ratio, aggregation", [("sequence", "grpo"), ("token", "grpo"), ("token", "dapo"),
+                                                ("token", "dr_grpo")])
+def test_the_prior_term_is_aggregated_like_the_policy_term_and_a_step_on_it_raises_the_prior(tiny_lm, ratio,
+                                                                                            aggregation):
     _, _, path = tiny_lm
     policy = CodeAgentPolicy(str(path), max_new_tokens=L, max_prompt_tokens=64)  # its own copy: a step changes it
     examples = [(PROMPTS[0], "import numpy as np\nprint(3)\n"), (PROMPTS[1], "print(8)\n")]
-    per_token = [_token_log_probs(policy, o, a) for o, a in examples]
-    expected = -torch.cat(per_token).mean()  # every token of every example counts once
-    nll = prior_nll(policy, examples)
-    assert nll.item() == pytest.approx(expected.item(), rel=1e-4)
+    per_token = [-_token_log_probs(policy, o, a) for o, a in examples]
+    assert len(per_token[0]) != len(per_token[1])  # unequal lengths tell the aggregations apart
+    expected = {"sequence": torch.stack([t.sum() for t in per_token]).mean(),  # what a sequence ratio sums
+                "grpo": torch.stack([t.mean() for t in per_token]).mean(),
+                "dapo": torch.cat(per_token).mean(),
+                "dr_grpo": torch.cat(per_token).sum() / (2 * L)}["sequence" if ratio == "sequence" else aggregation]
+    objective = ObjectiveConfig(ratio=ratio, aggregation=aggregation, max_tokens=L)
+    term, logged = prior_term(policy, examples, objective)
+    assert term.item() == pytest.approx(expected.item(), rel=1e-4)
+    assert logged == pytest.approx(torch.cat(per_token).mean().item(), rel=1e-4)  # the log: mean token NLL
     policy.module.zero_grad()
-    nll.backward()
+    term.backward()
     torch.optim.SGD(policy.module.parameters(), lr=0.05).step()
     with torch.no_grad():
-        assert prior_nll(policy, examples).item() < nll.item()
+        assert prior_term(policy, examples, objective)[0].item() < term.item()
 
 
 def test_a_run_with_a_prior_term_logs_its_nll_and_a_domain_without_prior_data_refuses_it(tmp_path, suite_agent):

@@ -33,7 +33,8 @@ from wmrl.domains.autoresearch.policy import CodeAgentPolicy
 
 def _args(agent) -> list[str]:
     return [f"domain.agent={agent}", "domain.sandbox_slots=2", "trainer.steps=2", "trainer.groups_per_step=2",
-            "trainer.group_size=2", "trainer.eval_every=1", "trainer.eval_samples=1", "trainer.eval_splits=[test_id]"]
+            "trainer.group_size=2", "trainer.eval_every=1", "trainer.eval_samples=1", "trainer.eval_splits=[test_id]",
+            "trainer.objective.ptx=0"]  # TRL has no prior-data term
 
 
 def test_trl_is_configured_from_the_run_config(tmp_path):
@@ -61,7 +62,8 @@ def test_trl_is_offered_for_autoresearch_only():
     with pytest.raises(ValueError, match="config=autoresearch only"):
         SpeedupOptions(config="synthetic-program", modes="real,trl").validate()
     for override, needle in (("domain.lora.r=4", "domain.lora"), ("trainer.ppo_epochs=2", "ppo_epochs=1"),
-                             ("trainer.objective.beta=0.01", "beta=0"), ("engine.world_size=2", "world_size=1")):
+                             ("trainer.objective.beta=0.01", "beta=0"), ("trainer.objective.ptx=0.5", "ptx=0"),
+                             ("engine.world_size=2", "world_size=1")):
         with pytest.raises(ValueError, match=needle):
             run_trl("autoresearch", [override], "unused", "trl", 0)
 

@@ -4,10 +4,10 @@
 described by a :class:`TaskSpec`. The scripts vary along the axes a real agent's
 would (how the target is found, preprocessing, estimator family and its
 hyperparameters, an optional hold-out or cross-validation printout, NaN
-filling) and are drawn so that most of them are *mediocre* -- shallow trees,
-tiny forests, strong regularisation, k too large, too few boosting rounds --
-and a minority good: the agent that is fine-tuned on them starts where RL has
-room to improve.
+filling). Half of them (`GOOD_FRACTION`) take hyperparameters from a good range,
+as a pretrained LM's prior would; the other half are *mediocre* -- shallow
+trees, tiny forests, strong regularisation, k too large, too few boosting
+rounds -- so the agent fine-tuned on them starts where RL has room to improve.
 
 The data contract every script follows: the working directory holds
 `train.csv` (an optional id column, feature columns, target column(s)) and
@@ -46,7 +46,7 @@ from wmrl.domains.autoresearch.protocol import format_prompt, format_reply, next
 from wmrl.domains.autoresearch.tasks import TEXT, render_description, value_columns_for
 
 #: bump when the scripts or the prompt format change: it keys the agent cache
-CORPUS_VERSION = "ar-corpus-v7"
+CORPUS_VERSION = "ar-corpus-v8"
 
 KINDS = ("classification", "regression", "multioutput")
 METRICS = ("accuracy", "macro_f1", "roc_auc", "log_loss", "r2", "rmse")
@@ -235,10 +235,9 @@ _FAMILIES: list[tuple[Callable[..., _Est], float]] = [
     (_linear, 0.16), (_knn, 0.12), (_tree, 0.12), (_forest, 0.16), (_boosting, 0.17),
     (_svm, 0.09), (_bayes, 0.07), (_mlp, 0.07), (_dummy, 0.04),
 ]
-#: probability that a script's hyperparameters are drawn from the good range
-GOOD_FRACTION = 0.25
-#: the share of scripts that copy the id and target names from the description instead of reading the files
-COPIED = 0.15
+#: probability that a script's hyperparameters are drawn from the good range (a pretrained LM's prior knows
+#: sensible defaults; the rest leave RL something to find)
+GOOD_FRACTION = 0.5
 
 
 # ----------------------------------------------------------------------------- script assembly
@@ -304,15 +303,12 @@ def generate_script(spec: TaskSpec, rng: np.random.Generator) -> str:
     tr, te = _pick(rng, [("train", "test"), ("train_df", "test_df"), ("df", "test")])
     lines += [f'{tr} = pd.read_csv("train.csv")', f'{te} = pd.read_csv("test_features.csv")']
 
-    # the id column, the target(s) and the features: mostly read off the files (the id comes first, the targets
-    # are the columns the test file lacks) rather than copied from the description, which a small LM gets wrong
+    # the id column, the target(s) and the features: read off the files (the id comes first, the targets are the
+    # columns the test file lacks), never copied from the description: a small LM copies an unseen name badly
     if spec.id_column:
-        lines.append(f"ID = {_q(spec.id_column)}" if rng.random() < COPIED else f"ID = {te}.columns[0]")
+        lines.append(f"ID = {te}.columns[0]")
     tgt = "TARGETS" if spec.multi else "TARGET"
-    if rng.random() < COPIED:
-        lines.append(f"{tgt} = {_q(list(spec.targets))}" if spec.multi else f"{tgt} = {_q(spec.targets[0])}")
-    else:
-        lines.append(f"{tgt} = [c for c in {tr}.columns if c not in {te}.columns]" + ("" if spec.multi else "[0]"))
+    lines.append(f"{tgt} = [c for c in {tr}.columns if c not in {te}.columns]" + ("" if spec.multi else "[0]"))
     if rng.random() < 0.5:
         lines.append(f"FEATURES = [c for c in {te}.columns if c != ID]" if spec.id_column
                      else f"FEATURES = list({te}.columns)")
@@ -382,12 +378,11 @@ def generate_script(spec: TaskSpec, rng: np.random.Generator) -> str:
 
     # the submission: the id column first when the task has one
     idv = f"{te}[ID]"
-    single = "TARGET" if not spec.multi and spec.columns == spec.targets and rng.random() >= COPIED \
-        else _q(spec.columns[0])
+    single = "TARGET" if not spec.multi and spec.columns == spec.targets else _q(spec.columns[0])
     insert = False
     if spec.proba and not spec.positive_proba:
         lines.append("proba = model.predict_proba(X_test)")
-        if spec.id_column and rng.random() >= COPIED:
+        if spec.id_column:
             cols = "[str(c) for c in model.classes_]"
         elif _is_p_i(spec.columns) and rng.random() < 0.5:
             cols = '[f"p_{i}" for i in range(proba.shape[1])]'

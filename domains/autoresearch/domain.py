@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
+from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,9 @@ from wmrl.lm.lora import LoraSettings
 
 
 EXECUTORS = ("local", "ray")
+#: what the agent's programs import (they run on this interpreter): a benchmark's runs are comparable only at the
+#: same versions
+PROGRAM_LIBRARIES = ("numpy", "pandas", "scikit-learn")
 
 
 @dataclass
@@ -184,8 +188,13 @@ class AutoResearchDomain(Domain):
         return [(task_spec(t), t.description) for t in split(self.suite, "train")]
 
     def provenance(self) -> dict[str, str]:
-        """`agent: default` is a build keyed by the corpus, its code and the training tasks: its cache folder."""
-        return {"agent": Path(self.agent_path()).name} if self.cfg.agent == "default" else {}
+        """The versions of the libraries the agent's programs import, which the project does not pin and which
+        change what a program does (pandas 3 reads text columns as its own string dtype); with `agent: default`
+        also the agent's build, keyed by the corpus, its code and the training tasks: its cache folder."""
+        stamp = {lib: version(lib) for lib in PROGRAM_LIBRARIES}
+        if self.cfg.agent == "default":
+            stamp["agent"] = Path(self.agent_path()).name
+        return stamp
 
     def episode_stats(self, trajectory: Trajectory) -> dict[str, float]:
         """`parsed`: the share of the episode's replies that hold a python code block."""
