@@ -102,16 +102,24 @@ def prior_term(policy: Policy, examples: Sequence[tuple], objective: ObjectiveCo
     lp, mask = policy.token_log_probs([o for o, _ in examples], [a for _, a in examples])
     mask = mask.to(lp.dtype)
     nll, tokens = -(lp * mask).sum(dim=1), mask.sum(dim=1)
-    per_token = nll.sum() / tokens.sum().clamp(min=1.0)
+    per_token = float((nll.sum() / tokens.sum().clamp(min=1.0)).detach())
     if objective.ratio == "sequence":
-        term = nll.mean()
-    elif objective.aggregation == "grpo":
-        term = (nll / tokens.clamp(min=1.0)).mean()
-    elif objective.aggregation == "dapo":
-        term = per_token
-    else:  # dr_grpo
-        term = nll.sum() / (len(examples) * objective.max_tokens)
-    return term, float(per_token.detach())
+        return nll.mean(), per_token
+    scale = token_scale(torch.ones(len(examples)), tokens.detach().float().cpu(), objective).to(nll.device)
+    return (scale.to(nll.dtype) * nll).sum(), per_token
+
+
+def token_scale(weights: torch.Tensor, tokens: torch.Tensor, objective: ObjectiveConfig) -> torch.Tensor:
+    """Per trajectory, the factor each of its token losses gets when they are averaged as `objective.aggregation`
+    says, given the trajectories' estimator weights and token counts: grpo the weighted mean over trajectories of
+    each one's token mean; dapo the weighted token mean; dr_grpo the weighted sum over trajectories x
+    `max_tokens`."""
+    total = float(weights.sum()) or 1.0
+    if objective.aggregation == "grpo":
+        return weights / tokens.clamp(min=1) / total
+    if objective.aggregation == "dapo":
+        return weights / (float((weights * tokens).sum()) or 1.0)
+    return weights / (total * objective.max_tokens)  # dr_grpo
 
 
 def has_token_log_probs(policy: Policy) -> bool:
@@ -161,7 +169,6 @@ class SurrogateBatch:
         self.advantages = torch.tensor(adv, dtype=torch.float32)
         #: per turn: its trajectory's weight over the trajectory's turns, normalised by the total weight
         self.weights = self._traj_w[self._traj] / turns[self._traj] / total_w
-        self._total_w = total_w
         self._prepared = self.objective.ratio == "sequence" and self.objective.beta == 0  # nothing to prepare
         self._ref: torch.Tensor | None = None  # per turn: the reference's log-prob (sequence, beta > 0)
         self._old_tokens: list[torch.Tensor] = []  # per turn: old per-token log-probs (token)
@@ -196,13 +203,7 @@ class SurrogateBatch:
         if obj.beta > 0 and [len(r) for r in self._ref_tokens] != counts.long().tolist():
             raise ValueError("the reference policy tokenizes the actions differently from the policy")
         tokens = torch.zeros(self.trajectories).index_add_(0, self._traj, counts)  # per trajectory
-        w = self._traj_w[self._traj]
-        if obj.aggregation == "grpo":
-            self._token_scale = w / tokens[self._traj].clamp(min=1) / self._total_w
-        elif obj.aggregation == "dapo":
-            self._token_scale = w / (float((self._traj_w * tokens).sum()) or 1.0)
-        else:  # dr_grpo
-            self._token_scale = w / (self._total_w * obj.max_tokens)
+        self._token_scale = token_scale(self._traj_w, tokens, obj)[self._traj]
         if obj.beta > 0 and n:
             per_token = torch.repeat_interleave(self._token_scale, counts.long())
             kl = k3(torch.cat(self._ref_tokens), torch.cat(self._old_tokens))
